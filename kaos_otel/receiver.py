@@ -1,0 +1,610 @@
+"""In-process OTLP receiver (gRPC and HTTP/protobuf) with flattened, test-friendly views.
+
+The receiver stores every export request it accepts and exposes spans, metric points and log
+records as frozen dataclasses. It can also append each request to a JSON Lines file in OTLP/JSON
+(the format of the collector's file exporter), which :func:`load_otlp_json` reads back.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from concurrent import futures
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, NamedTuple, Self
+
+import grpc
+from google.protobuf import json_format
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.logs.v1 import logs_pb2
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+__all__ = [
+    "ExportRequest",
+    "FailureMode",
+    "OtlpReceiver",
+    "ReceivedEvent",
+    "ReceivedLink",
+    "ReceivedLog",
+    "ReceivedMetricPoint",
+    "ReceivedSpan",
+    "ReceivedTelemetry",
+    "load_otlp_json",
+    "parse_otlp_json",
+    "to_otlp_json",
+]
+
+ExportRequest = (
+    trace_service_pb2.ExportTraceServiceRequest
+    | metrics_service_pb2.ExportMetricsServiceRequest
+    | logs_service_pb2.ExportLogsServiceRequest
+)
+FailureMode = Literal["ok", "unavailable", "hang"]
+
+_SPAN_KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
+_STATUS_CODES = {0: "UNSET", 1: "OK", 2: "ERROR"}
+# OTLP/JSON renders these bytes fields as lowercase hex instead of protobuf JSON's base64.
+_HEX_ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id"})
+# (request class, response class) per OTLP/HTTP path.
+_HTTP_ROUTES: dict[str, tuple[type[Any], type[Any]]] = {
+    "/v1/traces": (trace_service_pb2.ExportTraceServiceRequest, trace_service_pb2.ExportTraceServiceResponse),
+    "/v1/metrics": (
+        metrics_service_pb2.ExportMetricsServiceRequest,
+        metrics_service_pb2.ExportMetricsServiceResponse,
+    ),
+    "/v1/logs": (logs_service_pb2.ExportLogsServiceRequest, logs_service_pb2.ExportLogsServiceResponse),
+}
+_GRPC_RESPONSES: dict[type[Any], type[Any]] = dict(_HTTP_ROUTES.values())
+_JSON_KEYS: dict[str, type[Any]] = {
+    "resourceSpans": trace_service_pb2.ExportTraceServiceRequest,
+    "resourceMetrics": metrics_service_pb2.ExportMetricsServiceRequest,
+    "resourceLogs": logs_service_pb2.ExportLogsServiceRequest,
+}
+
+
+@dataclass(frozen=True)
+class ReceivedEvent:
+    """A span event."""
+
+    name: str
+    attributes: dict[str, Any]
+    time_unix_nano: int = 0
+
+
+class ReceivedLink(NamedTuple):
+    """A span link: (trace_id, span_id, attributes), ids as lowercase hex."""
+
+    trace_id: str
+    span_id: str
+    attributes: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReceivedSpan:
+    """One span, flattened together with its resource and scope."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    kind: str
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    scope_name: str
+    status_code: str
+    status_message: str
+    events: tuple[ReceivedEvent, ...]
+    links: tuple[ReceivedLink, ...]
+    start_time_unix_nano: int
+    end_time_unix_nano: int
+
+    @property
+    def service_name(self) -> str:
+        """The resource's ``service.name`` (empty if absent)."""
+        return str(self.resource.get("service.name", ""))
+
+    @property
+    def duration_s(self) -> float:
+        """End minus start, in seconds."""
+        return (self.end_time_unix_nano - self.start_time_unix_nano) / 1e9
+
+
+@dataclass(frozen=True)
+class ReceivedMetricPoint:
+    """One metric data point, flattened together with its metric, resource and scope."""
+
+    name: str
+    description: str
+    unit: str
+    kind: str
+    is_monotonic: bool
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    scope_name: str
+    time_unix_nano: int
+    start_time_unix_nano: int
+    value: int | float | None = None
+    count: int | None = None
+    sum: float | None = None
+    min: float | None = None
+    max: float | None = None
+    bucket_counts: tuple[int, ...] = ()
+    explicit_bounds: tuple[float, ...] = ()
+
+    @property
+    def service_name(self) -> str:
+        """The resource's ``service.name`` (empty if absent)."""
+        return str(self.resource.get("service.name", ""))
+
+
+@dataclass(frozen=True)
+class ReceivedLog:
+    """One log record, flattened together with its resource and scope."""
+
+    body: Any
+    severity_text: str
+    severity_number: int
+    trace_id: str | None
+    span_id: str | None
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    event_name: str
+    scope_name: str
+    time_unix_nano: int
+    observed_time_unix_nano: int
+
+    @property
+    def service_name(self) -> str:
+        """The resource's ``service.name`` (empty if absent)."""
+        return str(self.resource.get("service.name", ""))
+
+
+@dataclass
+class ReceivedTelemetry:
+    """Flattened spans, metric points and logs."""
+
+    spans: list[ReceivedSpan] = field(default_factory=list)
+    metric_points: list[ReceivedMetricPoint] = field(default_factory=list)
+    logs: list[ReceivedLog] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- flattening
+
+
+def _any_value(value: common_pb2.AnyValue) -> Any:
+    """Decode an OTLP AnyValue to a python value (arrays become tuples, kvlists dicts)."""
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return tuple(_any_value(v) for v in value.array_value.values)
+    if which == "kvlist_value":
+        return _attributes(value.kvlist_value.values)
+    return getattr(value, which)
+
+
+def _attributes(kvs: Iterable[common_pb2.KeyValue]) -> dict[str, Any]:
+    return {kv.key: _any_value(kv.value) for kv in kvs}
+
+
+def _hex_or_none(raw: bytes) -> str | None:
+    return raw.hex() if raw.strip(b"\0") else None
+
+
+def _flatten_traces(request: trace_service_pb2.ExportTraceServiceRequest, out: ReceivedTelemetry) -> None:
+    for rs in request.resource_spans:
+        resource = _attributes(rs.resource.attributes)
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                out.spans.append(_flatten_span(span, resource, ss.scope.name))
+
+
+def _flatten_span(span: trace_pb2.Span, resource: dict[str, Any], scope_name: str) -> ReceivedSpan:
+    return ReceivedSpan(
+        trace_id=span.trace_id.hex(),
+        span_id=span.span_id.hex(),
+        parent_span_id=_hex_or_none(span.parent_span_id),
+        name=span.name,
+        kind=_SPAN_KINDS.get(span.kind, str(span.kind)),
+        attributes=_attributes(span.attributes),
+        resource=resource,
+        scope_name=scope_name,
+        status_code=_STATUS_CODES.get(span.status.code, str(span.status.code)),
+        status_message=span.status.message,
+        events=tuple(ReceivedEvent(e.name, _attributes(e.attributes), e.time_unix_nano) for e in span.events),
+        links=tuple(
+            ReceivedLink(link.trace_id.hex(), link.span_id.hex(), _attributes(link.attributes))
+            for link in span.links
+        ),
+        start_time_unix_nano=span.start_time_unix_nano,
+        end_time_unix_nano=span.end_time_unix_nano,
+    )
+
+
+def _flatten_metrics(
+    request: metrics_service_pb2.ExportMetricsServiceRequest, out: ReceivedTelemetry
+) -> None:
+    for rm in request.resource_metrics:
+        resource = _attributes(rm.resource.attributes)
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out.metric_points.extend(_flatten_metric(metric, resource, sm.scope.name))
+
+
+def _flatten_metric(
+    metric: metrics_pb2.Metric, resource: dict[str, Any], scope_name: str
+) -> list[ReceivedMetricPoint]:
+    kind = metric.WhichOneof("data")
+    if kind is None:
+        return []
+    data = getattr(metric, kind)
+    is_monotonic = bool(kind == "sum" and metric.sum.is_monotonic)
+    points: list[ReceivedMetricPoint] = []
+    for dp in data.data_points:
+        extra: dict[str, Any] = {}
+        if kind in ("sum", "gauge"):
+            which = dp.WhichOneof("value")
+            extra["value"] = getattr(dp, which) if which else None
+        else:
+            extra["count"] = dp.count
+            extra["sum"] = dp.sum
+            if kind != "summary":
+                extra["min"] = dp.min if dp.HasField("min") else None
+                extra["max"] = dp.max if dp.HasField("max") else None
+            if kind == "histogram":
+                extra["bucket_counts"] = tuple(dp.bucket_counts)
+                extra["explicit_bounds"] = tuple(dp.explicit_bounds)
+        points.append(
+            ReceivedMetricPoint(
+                name=metric.name,
+                description=metric.description,
+                unit=metric.unit,
+                kind=kind,
+                is_monotonic=is_monotonic,
+                attributes=_attributes(dp.attributes),
+                resource=resource,
+                scope_name=scope_name,
+                time_unix_nano=dp.time_unix_nano,
+                start_time_unix_nano=dp.start_time_unix_nano,
+                **extra,
+            )
+        )
+    return points
+
+
+def _flatten_logs(request: logs_service_pb2.ExportLogsServiceRequest, out: ReceivedTelemetry) -> None:
+    for rl in request.resource_logs:
+        resource = _attributes(rl.resource.attributes)
+        for sl in rl.scope_logs:
+            for record in sl.log_records:
+                out.logs.append(_flatten_log(record, resource, sl.scope.name))
+
+
+def _flatten_log(record: logs_pb2.LogRecord, resource: dict[str, Any], scope_name: str) -> ReceivedLog:
+    return ReceivedLog(
+        body=_any_value(record.body),
+        severity_text=record.severity_text,
+        severity_number=int(record.severity_number),
+        trace_id=_hex_or_none(record.trace_id),
+        span_id=_hex_or_none(record.span_id),
+        attributes=_attributes(record.attributes),
+        resource=resource,
+        event_name=record.event_name,
+        scope_name=scope_name,
+        time_unix_nano=record.time_unix_nano,
+        observed_time_unix_nano=record.observed_time_unix_nano,
+    )
+
+
+def _flatten_into(request: ExportRequest, out: ReceivedTelemetry) -> None:
+    """Append the flattened content of one export request to ``out`` (the only flattening path)."""
+    if isinstance(request, trace_service_pb2.ExportTraceServiceRequest):
+        _flatten_traces(request, out)
+    elif isinstance(request, metrics_service_pb2.ExportMetricsServiceRequest):
+        _flatten_metrics(request, out)
+    else:
+        _flatten_logs(request, out)
+
+
+# --------------------------------------------------------------------------- OTLP/JSON
+
+
+def _convert_ids(node: Any, convert: Callable[[str], str]) -> Any:
+    """Return ``node`` with every trace/span id string rewritten by ``convert``."""
+    if isinstance(node, dict):
+        return {
+            k: convert(v) if k in _HEX_ID_KEYS and isinstance(v, str) else _convert_ids(v, convert)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_convert_ids(v, convert) for v in node]
+    return node
+
+
+def _b64_to_hex(value: str) -> str:
+    return base64.b64decode(value).hex()
+
+
+def _hex_to_b64(value: str) -> str:
+    return base64.b64encode(bytes.fromhex(value)).decode("ascii")
+
+
+def to_otlp_json(request: ExportRequest) -> str:
+    """Render an export request as one line of OTLP/JSON (hex ids, integer enums)."""
+    as_dict = json_format.MessageToDict(request, use_integers_for_enums=True)
+    return json.dumps(_convert_ids(as_dict, _b64_to_hex), separators=(",", ":"))
+
+
+def parse_otlp_json(document: Mapping[str, Any]) -> ExportRequest:
+    """Parse one decoded OTLP/JSON export request (``resourceSpans``/``resourceMetrics``/``resourceLogs``)."""
+    kinds = [key for key in _JSON_KEYS if key in document]
+    if len(kinds) != 1:
+        raise ValueError(f"expected exactly one of {sorted(_JSON_KEYS)}, got keys {sorted(document)}")
+    message = _JSON_KEYS[kinds[0]]()
+    try:
+        json_format.ParseDict(_convert_ids(dict(document), _hex_to_b64), message, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise ValueError(str(exc)) from exc
+    result: ExportRequest = message
+    return result
+
+
+def load_otlp_json(path: Path | str) -> ReceivedTelemetry:
+    """Read an OTLP/JSON Lines file (one export request per line) into flattened telemetry.
+
+    Raises ``OSError`` if the file cannot be read and ``ValueError`` naming the line if it is
+    malformed.
+    """
+    out = ReceivedTelemetry()
+    with Path(path).open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                document = json.loads(line)
+                if not isinstance(document, dict):
+                    raise ValueError("not a JSON object")
+                request = parse_otlp_json(document)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{lineno}: not an OTLP/JSON export request: {exc}") from exc
+            _flatten_into(request, out)
+    return out
+
+
+# --------------------------------------------------------------------------- servers
+
+
+class _Servicer(
+    trace_service_pb2_grpc.TraceServiceServicer,
+    metrics_service_pb2_grpc.MetricsServiceServicer,
+    logs_service_pb2_grpc.LogsServiceServicer,
+):
+    """One gRPC servicer implementing Export for traces, metrics and logs."""
+
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self._receiver = receiver
+
+    def Export(self, request: ExportRequest, context: grpc.ServicerContext) -> Any:
+        """Record the request, or fail according to the receiver's failure mode."""
+        if not self._receiver._admit():
+            context.abort(grpc.StatusCode.UNAVAILABLE, "receiver unavailable (fault injection)")
+        self._receiver._record(request)
+        return _GRPC_RESPONSES[type(request)]()
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        super().__init__(("127.0.0.1", 0), _HttpHandler)
+        self.receiver = receiver
+
+
+class _HttpHandler(BaseHTTPRequestHandler):
+    """OTLP/HTTP handler: POST /v1/{traces,metrics,logs}, protobuf or JSON, optionally compressed."""
+
+    server: _HttpServer
+
+    def do_POST(self) -> None:
+        """Decode, record and acknowledge one export request."""
+        route = _HTTP_ROUTES.get(self.path.split("?", 1)[0])
+        if route is None:
+            self._reply(HTTPStatus.NOT_FOUND, b"unknown path", "text/plain")
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        encoding = self.headers.get("Content-Encoding", "").lower()
+        content_type = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+        request_cls, response_cls = route
+        try:
+            if encoding == "gzip":
+                body = gzip.decompress(body)
+            elif encoding == "deflate":
+                body = zlib.decompress(body)
+            if content_type == "application/json":
+                request: ExportRequest = parse_otlp_json(json.loads(body))
+            elif content_type == "application/x-protobuf":
+                request = request_cls.FromString(body)
+            else:
+                self._reply(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, b"unsupported content type", "text/plain")
+                return
+        except Exception as exc:  # any decoding failure is the client's fault
+            self._reply(HTTPStatus.BAD_REQUEST, str(exc).encode(), "text/plain")
+            return
+        if not self.server.receiver._admit():
+            self._reply(HTTPStatus.SERVICE_UNAVAILABLE, b"receiver unavailable", "text/plain")
+            return
+        self.server.receiver._record(request)
+        if content_type == "application/json":
+            self._reply(HTTPStatus.OK, b"{}", "application/json")
+        else:
+            self._reply(HTTPStatus.OK, response_cls().SerializeToString(), "application/x-protobuf")
+
+    def _reply(self, status: HTTPStatus, payload: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence per-request logging."""
+
+
+class OtlpReceiver:
+    """OTLP receiver serving gRPC and HTTP/protobuf on ephemeral 127.0.0.1 ports.
+
+    ``set_failure("unavailable")`` makes exports fail (gRPC UNAVAILABLE / HTTP 503);
+    ``set_failure("hang")`` blocks them until the mode changes or ``stop()`` is called, after which
+    they are answered as unavailable. Failed or hung requests are not recorded.
+    """
+
+    def __init__(self, json_path: Path | None = None) -> None:
+        self._json_path = json_path
+        self._lock = threading.Lock()
+        self._mode_changed = threading.Condition()
+        self._failure: FailureMode = "ok"
+        self._stopping = False
+        self._requests: list[ExportRequest] = []
+        self._telemetry = ReceivedTelemetry()
+        self._grpc_server: grpc.Server | None = None
+        self._grpc_port = 0
+        self._http_server: _HttpServer | None = None
+        self._http_thread: threading.Thread | None = None
+
+    # lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start the gRPC and HTTP servers; returns self."""
+        if self._grpc_server is not None:
+            raise RuntimeError("OtlpReceiver already started")
+        with self._mode_changed:
+            self._stopping = False
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="otlp-grpc"))
+        servicer = _Servicer(self)
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        self._grpc_port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self._grpc_server = server
+        self._http_server = _HttpServer(self)
+        self._http_thread = threading.Thread(
+            target=self._http_server.serve_forever, name="otlp-http", daemon=True
+        )
+        self._http_thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Release hung exports and stop both servers (idempotent)."""
+        with self._mode_changed:
+            self._stopping = True
+            self._mode_changed.notify_all()
+        if self._grpc_server is not None:
+            self._grpc_server.stop(grace=1.0).wait()
+            self._grpc_server = None
+        if self._http_server is not None and self._http_thread is not None:
+            self._http_server.shutdown()
+            self._http_server.server_close()
+            self._http_thread.join(timeout=5)
+            self._http_server = None
+            self._http_thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def grpc_endpoint(self) -> str:
+        """``http://127.0.0.1:PORT`` of the gRPC server."""
+        if self._grpc_server is None:
+            raise RuntimeError("OtlpReceiver not started")
+        return f"http://127.0.0.1:{self._grpc_port}"
+
+    @property
+    def http_endpoint(self) -> str:
+        """``http://127.0.0.1:PORT`` of the HTTP server (append ``/v1/traces`` etc.)."""
+        if self._http_server is None:
+            raise RuntimeError("OtlpReceiver not started")
+        return f"http://127.0.0.1:{self._http_server.server_address[1]}"
+
+    # fault injection ---------------------------------------------------------------------
+
+    def set_failure(self, status: FailureMode) -> None:
+        """Answer subsequent exports normally, as unavailable, or by hanging."""
+        with self._mode_changed:
+            self._failure = status
+            self._mode_changed.notify_all()
+
+    def _admit(self) -> bool:
+        """Whether an incoming export may be recorded; blocks while the mode is ``hang``."""
+        with self._mode_changed:
+            if self._failure == "hang":
+                self._mode_changed.wait_for(lambda: self._stopping or self._failure != "hang")
+                return False
+            return self._failure == "ok" and not self._stopping
+
+    # storage -------------------------------------------------------------------------------
+
+    def _record(self, request: ExportRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+            _flatten_into(request, self._telemetry)
+            if self._json_path is not None:
+                with self._json_path.open("a", encoding="utf-8") as fh:
+                    fh.write(to_otlp_json(request) + "\n")
+
+    def raw_requests(self) -> list[ExportRequest]:
+        """Every accepted export request, as decoded protobuf messages, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    def spans(self) -> list[ReceivedSpan]:
+        """All received spans, in arrival order."""
+        with self._lock:
+            return list(self._telemetry.spans)
+
+    def metric_points(self) -> list[ReceivedMetricPoint]:
+        """All received metric data points, in arrival order."""
+        with self._lock:
+            return list(self._telemetry.metric_points)
+
+    def logs(self) -> list[ReceivedLog]:
+        """All received log records, in arrival order."""
+        with self._lock:
+            return list(self._telemetry.logs)
+
+    def clear(self) -> None:
+        """Forget everything received so far (the JSON file, if any, is left alone)."""
+        with self._lock:
+            self._requests.clear()
+            self._telemetry = ReceivedTelemetry()
+
+    def wait_for(self, predicate: Callable[[OtlpReceiver], bool], timeout: float) -> bool:
+        """Poll ``predicate(self)`` until it is true (returns True) or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if predicate(self):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
