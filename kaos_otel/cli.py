@@ -1,0 +1,135 @@
+"""The ``kaos-otel`` command line: ``traces show`` and ``catalog``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+_MAX_CELL = 48
+_CATALOG_SECTIONS = ("spans", "attributes", "metrics", "log_events")
+_METRIC_COLUMNS = ("name", "instrument", "unit", "attributes", "buckets", "prometheus", "signoz")
+
+
+def _error(message: str) -> int:
+    print(f"kaos-otel: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _traces_show(args: argparse.Namespace) -> int:
+    from kaos_otel._trace_tree import render_trace_trees
+    from kaos_otel.receiver import load_otlp_json
+
+    path: Path = args.file
+    try:
+        spans = load_otlp_json(path).spans
+    except OSError as exc:
+        return _error(f"cannot read {path}: {exc.strerror or exc}")
+    except ValueError as exc:
+        return _error(str(exc))
+    if args.trace_id:
+        wanted = args.trace_id.lower()
+        spans = [s for s in spans if s.trace_id.startswith(wanted)]
+        if not spans:
+            return _error(f"no trace with id {args.trace_id!r} in {path}")
+    elif not spans:
+        return _error(f"no spans in {path}")
+    color = args.color if args.color is not None else sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    sys.stdout.write(render_trace_trees(spans, color=color))
+    return 0
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        text = "-"
+    elif isinstance(value, list | tuple):
+        text = ", ".join(str(v) for v in value) or "-"
+    else:
+        text = str(value)
+    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
+
+
+def _rows(section: Any) -> list[dict[str, Any]]:
+    """Normalise a catalog section (list of dicts/strings or mapping) to a list of row dicts."""
+    if isinstance(section, Mapping):
+        return [
+            {"name": k, **v} if isinstance(v, Mapping) else {"name": k, "value": v}
+            for k, v in section.items()
+        ]
+    return [dict(item) if isinstance(item, Mapping) else {"name": item} for item in section]
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> list[str]:
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
+
+    return [line([c.upper() for c in columns]), line(["-" * w for w in widths]), *(line(r) for r in cells)]
+
+
+def _format_catalog(catalog: Mapping[str, Any]) -> str:
+    lines: list[str] = []
+    for key in _CATALOG_SECTIONS:
+        if key not in catalog:
+            continue
+        rows = _rows(catalog[key])
+        if key == "metrics":
+            columns: list[str] = list(_METRIC_COLUMNS)
+        else:
+            columns = list(dict.fromkeys(c for row in rows for c in row))
+        lines += [f"{key.upper().replace('_', ' ')} ({len(rows)})", *_table(rows, columns), ""]
+    for key, value in catalog.items():
+        if key not in _CATALOG_SECTIONS:
+            lines.append(f"{key}: {json.dumps(value)}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    try:
+        from kaos_otel.catalog import catalog_as_dict
+    except ImportError as exc:
+        return _error(f"the telemetry catalog is not available: {exc}")
+    catalog = catalog_as_dict()
+    sys.stdout.write(json.dumps(catalog, indent=2) + "\n" if args.json else _format_catalog(catalog))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kaos-otel", description="kaos-otel telemetry tools")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    traces = commands.add_parser("traces", help="inspect traces").add_subparsers(
+        dest="traces_command", required=True
+    )
+    show = traces.add_parser("show", help="print span trees from an OTLP/JSON Lines file")
+    show.add_argument(
+        "file", type=Path, metavar="FILE", help="OTLP/JSON Lines file (collector file exporter)"
+    )
+    show.add_argument("--trace-id", help="only this trace (full id or hex prefix)")
+    show.add_argument(
+        "--color",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ANSI colours (default: if a tty)",
+    )
+    show.set_defaults(handler=_traces_show)
+
+    catalog = commands.add_parser("catalog", help="print the telemetry catalog")
+    catalog.add_argument("--json", action="store_true", help="machine-readable JSON")
+    catalog.set_defaults(handler=_catalog)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``kaos-otel`` command; returns the exit status."""
+    args = _parser().parse_args(argv)
+    result: int = args.handler(args)
+    return result
