@@ -1,0 +1,35 @@
+"""kaos-otel: OpenTelemetry for multi-agent AI systems.
+
+The public surface: :class:`KaosOtelManager` (spans in three styles, agent-domain helpers,
+metrics, logs, a bounded export pipeline), the span handle types, outcomes and settings.
+Names of everything emitted live in :mod:`kaos_otel.catalog`.
+"""
+
+from kaos_otel._config import ContentCapture, Protocol, TelemetrySettings, TrustPolicy
+from kaos_otel._content import ContentPolicy, default_redactor
+from kaos_otel._manager import KaosOtelManager
+from kaos_otel._spans import SpanHandle
+from kaos_otel._telemetry import AgentRun, AgentTelemetry, MemoryOperation, ModelCall
+from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome
+from kaos_otel.context import run_in_executor_in_context, submit_in_context, wrap_in_context
+
+__all__ = [
+    "AgentRun",
+    "AgentTelemetry",
+    "ContentCapture",
+    "ContentPolicy",
+    "KaosOtelManager",
+    "MemoryOperation",
+    "MemoryScope",
+    "MemoryTier",
+    "ModelCall",
+    "Outcome",
+    "Protocol",
+    "SpanHandle",
+    "TelemetrySettings",
+    "TrustPolicy",
+    "default_redactor",
+    "run_in_executor_in_context",
+    "submit_in_context",
+    "wrap_in_context",
+]

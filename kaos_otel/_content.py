@@ -1,0 +1,156 @@
+"""Content safety: what may be recorded, secret redaction and size caps.
+
+Content (prompts, responses, tool arguments, memory text, exception messages) is only recorded
+when capture is on. Redaction and the size cap apply to every string the pipeline exports,
+whether or not content capture is on; they run in the export path, off the request's thread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry.util.types import AttributeValue
+
+from kaos_otel._config import ContentCapture
+
+REDACTED = "[REDACTED]"
+
+DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # provider API keys: OpenAI/Anthropic style sk-..., Google AIza..., GitHub tokens, Slack tokens
+    re.compile(r"\b(?:sk|rk|pk)-(?:[A-Za-z0-9_-]{2,}-)?[A-Za-z0-9_-]{16,}"),
+    re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
+    # bearer / basic credentials in headers
+    re.compile(r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),
+    # key=value / "key": "value" pairs whose key names a secret
+    re.compile(
+        r"(?i)(?P<key>[\"']?\b[\w.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|"
+        r"authorization|credential)[\w.-]*[\"']?\s*[:=]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&}]+)"
+    ),
+)
+
+_SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|api[_-]?key|apikey|authorization|credential)")
+_QUICK_CHECK = re.compile(
+    r"(?i)sk-|rk-|pk-|AIza|gh[pousr]_|xox|AKIA|bearer|basic|pass|pwd|secret|token|key|auth|credential"
+)
+
+Redactor = Callable[[str], str]
+
+
+def default_redactor(text: str) -> str:
+    """Mask API keys, bearer tokens and passwords in ``text``."""
+    if not _QUICK_CHECK.search(text):
+        return text
+    for pattern in DEFAULT_SECRET_PATTERNS:
+        if "value" in pattern.groupindex:
+            text = pattern.sub(lambda match: match.group("key") + REDACTED, text)
+        else:
+            text = pattern.sub(REDACTED, text)
+    return text
+
+
+def cap_text(text: str, limit: int) -> str:
+    """Cut ``text`` to ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    marker = f"...[truncated {len(text) - limit} chars]"
+    return text[: max(0, limit - len(marker))] + marker
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPolicy:
+    """Decides what content is recorded and how every exported string is cleaned."""
+
+    capture: ContentCapture = ContentCapture.NO_CONTENT
+    redactor: Redactor = default_redactor
+    max_value_length: int = 8192
+    secret_keys: re.Pattern[str] = field(default=_SECRET_KEY)
+
+    @property
+    def capture_on_spans(self) -> bool:
+        """Content may be set on spans."""
+        return self.capture.on_spans
+
+    def clean_text(self, text: str) -> str:
+        """Redact secrets, then cap the size."""
+        return cap_text(self.redactor(text), self.max_value_length)
+
+    def clean_attribute(self, key: str, value: AttributeValue) -> AttributeValue:
+        """Clean one exported attribute value (secret-named keys are masked whole)."""
+        if isinstance(value, str):
+            if self.secret_keys.search(key) and value:
+                return REDACTED
+            return self.clean_text(value)
+        if isinstance(value, Sequence) and value and isinstance(value[0], str):
+            return tuple(self.clean_text(str(item)) for item in value)
+        return value
+
+    def clean_attributes(self, attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:
+        """Clean every value of an attribute mapping."""
+        if not attributes:
+            return {}
+        return {key: self.clean_attribute(key, value) for key, value in attributes.items()}
+
+    def exception_attributes(self, exc: BaseException) -> dict[str, AttributeValue]:
+        """``exception.*`` attributes; the message and stack text only when content capture is on."""
+        exc_type = type(exc)
+        type_name = exc_type.__qualname__
+        module = exc_type.__module__
+        qualified = type_name if module in ("builtins", "__main__") else f"{module}.{type_name}"
+        if self.capture.enabled:
+            message = str(exc)
+            stack = "".join(traceback.format_exception(exc_type, exc, exc.__traceback__))
+        else:
+            message = ""
+            stack = _stack_without_message(exc, qualified)
+        return {
+            "exception.type": qualified,
+            "exception.message": self.clean_text(message),
+            "exception.stacktrace": self.clean_text(stack),
+            "exception.escaped": True,
+        }
+
+
+def _stack_without_message(exc: BaseException, qualified: str) -> str:
+    """The traceback frames and the exception type, without the message (which may be content)."""
+    frames = traceback.format_tb(exc.__traceback__)
+    return "Traceback (most recent call last):\n" + "".join(frames) + qualified + "\n"
+
+
+def to_attribute_value(value: object, limit: int) -> AttributeValue:
+    """Make any value exportable: primitives pass, the rest is JSON or ``str`` and capped."""
+    if isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return cap_text(value, limit)
+    if isinstance(value, (list, tuple)) and all(isinstance(item, (str, bool, int, float)) for item in value):
+        kinds = {type(item) for item in value}
+        if len(kinds) <= 1:
+            return tuple(cap_text(item, limit) if isinstance(item, str) else item for item in value)
+    try:
+        text = json.dumps(value, default=str, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = _safe_str(value)
+    return cap_text(text, limit)
+
+
+def _safe_str(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
+def to_attributes(attributes: Mapping[str, object] | None, limit: int) -> dict[str, AttributeValue]:
+    """Convert a mapping of arbitrary values into exportable attributes (``None`` values dropped)."""
+    if not attributes:
+        return {}
+    return {
+        str(key): to_attribute_value(value, limit) for key, value in attributes.items() if value is not None
+    }

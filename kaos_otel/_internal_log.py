@@ -1,0 +1,35 @@
+"""The SDK's own diagnostics: internal errors are logged, rate-limited, and never raised."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+_log = logging.getLogger("kaos_otel")
+_lock = threading.Lock()
+_last_logged: dict[str, float] = {}
+_INTERVAL_S = 60.0
+
+
+def internal_error(where: str, exc: BaseException) -> None:
+    """Log a swallowed telemetry error at most once a minute per place."""
+    now = time.monotonic()
+    with _lock:
+        last = _last_logged.get(where)
+        if last is not None and now - last < _INTERVAL_S:
+            return
+        _last_logged[where] = now
+    try:
+        _log.warning("kaos-otel: %s failed (%s: %s); telemetry continues", where, type(exc).__name__, exc)
+    except Exception:  # logging itself failed: nothing more to do
+        return
+
+
+def log_once(key: str, message: str, *args: object) -> None:
+    """Log an INFO message the first time ``key`` is seen in this process."""
+    with _lock:
+        if key in _last_logged:
+            return
+        _last_logged[key] = time.monotonic()
+    _log.info(message, *args)

@@ -1,0 +1,287 @@
+"""KaosOtelManager: configuration, providers and the export pipeline around AgentTelemetry."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry._logs import get_logger_provider, set_logger_provider
+from opentelemetry._logs._internal import ProxyLoggerProvider
+from opentelemetry.metrics._internal import _ProxyMeterProvider
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    ParentBased,
+    Sampler,
+    TraceIdRatioBased,
+)
+
+from kaos_otel._config import TelemetrySettings
+from kaos_otel._content import ContentPolicy, Redactor, default_redactor
+from kaos_otel._internal_log import internal_error, log_once
+from kaos_otel._logs import KaosLoggingHandler
+from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds, metric_views
+from kaos_otel._telemetry import AgentTelemetry
+from kaos_otel.exporters import (
+    CountingBatchSpanProcessor,
+    CountingLogExporter,
+    CountingLogRecordProcessor,
+    CountingMetricExporter,
+    SanitizingSpanExporter,
+    TelemetryHealth,
+    otlp_log_exporter,
+    otlp_metric_exporter,
+    otlp_span_exporter,
+)
+
+_log = logging.getLogger("kaos_otel")
+TRACER_NAME = "kaos_otel"
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
+
+
+def build_sampler(name: str, arg: str | None) -> Sampler:
+    """The sampler named by ``OTEL_TRACES_SAMPLER`` (unknown names fall back to parent-based on)."""
+    try:
+        ratio = float(arg) if arg else 1.0
+    except ValueError:
+        ratio = 1.0
+    samplers: dict[str, Callable[[], Sampler]] = {
+        "always_on": lambda: ALWAYS_ON,
+        "always_off": lambda: ALWAYS_OFF,
+        "traceidratio": lambda: TraceIdRatioBased(ratio),
+        "parentbased_always_on": lambda: ParentBased(ALWAYS_ON),
+        "parentbased_always_off": lambda: ParentBased(ALWAYS_OFF),
+        "parentbased_traceidratio": lambda: ParentBased(TraceIdRatioBased(ratio)),
+    }
+    return samplers.get(name.strip().lower(), samplers["parentbased_always_on"])()
+
+
+def run_with_deadline(action: Callable[[], object], timeout_s: float, what: str) -> bool:
+    """Run ``action`` on a daemon thread and wait at most ``timeout_s``; ``False`` if it did not finish."""
+    finished = threading.Event()
+
+    def target() -> None:
+        try:
+            action()
+        except Exception as exc:
+            internal_error(what, exc)
+        finally:
+            finished.set()
+
+    threading.Thread(target=target, name=f"kaos-otel-{what}", daemon=True).start()
+    return finished.wait(max(0.0, timeout_s))
+
+
+class KaosOtelManager(AgentTelemetry):
+    """Telemetry for one service: spans in three styles, agent-domain helpers, metrics and logs.
+
+    Configured from the standard ``OTEL_*`` environment variables; keyword arguments override
+    them. If the host application already installed global providers they are used as they are;
+    otherwise this manager installs its own (``global_providers=False`` keeps them private).
+    """
+
+    def __init__(
+        self,
+        service_name: str | None = None,
+        *,
+        endpoint: str | None = None,
+        protocol: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        resource_attributes: Mapping[str, str] | None = None,
+        disabled: bool | None = None,
+        capture_content: bool | str | None = None,
+        console: bool | None = None,
+        metric_export_interval_ms: int | None = None,
+        span_schedule_delay_ms: int | None = None,
+        span_max_queue_size: int | None = None,
+        export_timeout_s: float | None = None,
+        trust: str | None = None,
+        redactor: Redactor = default_redactor,
+        global_providers: bool = True,
+        bridge_logging: bool = True,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = TelemetrySettings.from_env(
+            environ,
+            service_name=service_name,
+            endpoint=endpoint,
+            protocol=protocol,
+            headers=headers,
+            resource_attributes=resource_attributes,
+            disabled=disabled,
+            capture_content=capture_content,
+            console=console,
+            metric_export_interval_ms=metric_export_interval_ms,
+            span_schedule_delay_ms=span_schedule_delay_ms,
+            span_max_queue_size=span_max_queue_size,
+            export_timeout_s=export_timeout_s,
+            trust=trust,
+        )
+        settings = self.settings
+        policy = ContentPolicy(settings.capture_content, redactor, settings.attribute_value_length_limit)
+        self.health = TelemetryHealth()
+        self._owned: list[Any] = []
+        self._log_handler: logging.Handler | None = None
+        self._shutdown_done = False
+        self._lock = threading.Lock()
+        bounds = LabelBounds()
+        if settings.disabled:
+            super().__init__(
+                trace.NoOpTracer(), KaosMetrics(metrics.NoOpMeter(METER_NAME), bounds), policy, enabled=False
+            )
+            return
+        if not settings.exporting and not settings.console:
+            log_once(
+                "no-endpoint",
+                "kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); telemetry is not exported",
+            )
+        resource = Resource.create({**settings.resource_attributes, SERVICE_NAME: settings.service_name})
+        self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
+        self.meter_provider = self._meter_provider(resource, global_providers)
+        self.logger_provider = self._logger_provider(resource, policy, global_providers)
+        super().__init__(
+            self.tracer_provider.get_tracer(TRACER_NAME),
+            KaosMetrics(self.meter_provider.get_meter(METER_NAME), bounds, self.health),
+            policy,
+        )
+        if bridge_logging:
+            self._bridge_logging(policy)
+        atexit.register(self.shutdown)
+
+    # --- providers ------------------------------------------------------------------------------
+    def _tracer_provider(
+        self, resource: Resource, policy: ContentPolicy, global_providers: bool
+    ) -> trace.TracerProvider:
+        current = trace.get_tracer_provider()
+        if global_providers and not isinstance(current, trace.ProxyTracerProvider):
+            return current
+        settings = self.settings
+        provider = TracerProvider(
+            resource=resource,
+            sampler=build_sampler(settings.sampler, settings.sampler_arg),
+            span_limits=SpanLimits(max_attribute_length=settings.attribute_value_length_limit),
+            shutdown_on_exit=False,
+        )
+        if settings.exporting:
+            exporter = SanitizingSpanExporter(otlp_span_exporter(settings), policy, self.health)
+            provider.add_span_processor(
+                CountingBatchSpanProcessor(
+                    exporter,
+                    self.health,
+                    schedule_delay_millis=settings.span_schedule_delay_ms,
+                    max_queue_size=settings.span_max_queue_size,
+                    max_export_batch_size=min(
+                        settings.span_max_export_batch_size, settings.span_max_queue_size
+                    ),
+                )
+            )
+        if settings.console:
+            provider.add_span_processor(
+                BatchSpanProcessor(SanitizingSpanExporter(ConsoleSpanExporter(), policy, self.health))
+            )
+        self._owned.append(provider)
+        if global_providers:
+            trace.set_tracer_provider(provider)
+        return provider
+
+    def _meter_provider(self, resource: Resource, global_providers: bool) -> metrics.MeterProvider:
+        current = metrics.get_meter_provider()
+        if global_providers and not isinstance(current, _ProxyMeterProvider):
+            return current
+        settings = self.settings
+        readers: list[MetricReader] = []
+        if settings.exporting:
+            readers.append(
+                PeriodicExportingMetricReader(
+                    CountingMetricExporter(otlp_metric_exporter(settings), self.health),
+                    export_interval_millis=settings.metric_export_interval_ms,
+                    export_timeout_millis=settings.export_timeout_s * 1000,
+                )
+            )
+        if settings.console:
+            readers.append(
+                PeriodicExportingMetricReader(
+                    ConsoleMetricExporter(), export_interval_millis=settings.metric_export_interval_ms
+                )
+            )
+        provider = MeterProvider(
+            metric_readers=readers, resource=resource, views=metric_views(), shutdown_on_exit=False
+        )
+        self._owned.append(provider)
+        if global_providers:
+            metrics.set_meter_provider(provider)
+        return provider
+
+    def _logger_provider(self, resource: Resource, policy: ContentPolicy, global_providers: bool) -> Any:
+        current = get_logger_provider()
+        if global_providers and not isinstance(current, ProxyLoggerProvider):
+            return current
+        settings = self.settings
+        provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+        if settings.exporting:
+            batch = BatchLogRecordProcessor(
+                CountingLogExporter(otlp_log_exporter(settings), self.health),
+                schedule_delay_millis=settings.log_schedule_delay_ms,
+                max_queue_size=settings.log_max_queue_size,
+                max_export_batch_size=min(512, settings.log_max_queue_size),
+            )
+            provider.add_log_record_processor(CountingLogRecordProcessor(batch, policy, self.health))
+        self._owned.append(provider)
+        if global_providers:
+            set_logger_provider(provider)
+        return provider
+
+    def _bridge_logging(self, policy: ContentPolicy) -> None:
+        """Send Python logging records to the OTLP log pipeline, with the active span's ids."""
+        handler = KaosLoggingHandler(self.logger_provider, policy)
+        logging.getLogger().addHandler(handler)
+        self._log_handler = handler
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def force_flush(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
+        """Export everything buffered; returns within ``timeout`` seconds even if the collector hangs."""
+        if not self._owned:
+            return True
+
+        def flush() -> None:
+            for provider in self._owned:
+                provider.force_flush(int(timeout * 1000))
+
+        return run_with_deadline(flush, timeout, "force_flush")
+
+    def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
+        """Flush and stop the pipeline with a hard deadline; safe to call twice (also runs at exit)."""
+        with self._lock:
+            if self._shutdown_done:
+                return True
+            self._shutdown_done = True
+        if self._log_handler is not None:
+            logging.getLogger().removeHandler(self._log_handler)
+        atexit.unregister(self.shutdown)
+        if not self._owned:
+            return True
+        owned = list(self._owned)
+
+        def stop() -> None:
+            for provider in owned:
+                if isinstance(provider, MeterProvider):
+                    provider.shutdown(timeout_millis=timeout * 1000)
+                else:
+                    provider.shutdown()
+
+        return run_with_deadline(stop, timeout, "shutdown")

@@ -1,0 +1,235 @@
+"""Metric instruments from the catalog, their Views, and label bounds.
+
+The label contract is enforced twice: the recording methods only ever pass a metric's allowed
+keys, and the SDK Views built from the catalog drop any other attribute. Values that can come
+from model output (agent, tool, model, delegation target names) pass through
+:class:`LabelBounds` first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from opentelemetry.metrics import Counter, Histogram, Meter
+from opentelemetry.sdk.metrics.view import DropAggregation, ExplicitBucketHistogramAggregation, View
+
+from kaos_otel import catalog
+from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome
+from kaos_otel.exporters.health import TelemetryHealth
+
+METER_NAME = "kaos_otel"
+BOUNDED_KEYS = (
+    catalog.GEN_AI_AGENT_NAME,
+    catalog.GEN_AI_TOOL_NAME,
+    catalog.GEN_AI_REQUEST_MODEL,
+    catalog.KAOS_DELEGATION_TARGET,
+    catalog.ERROR_TYPE,
+)
+
+
+def metric_views(*, drop_unlisted: bool = True) -> list[View]:
+    """One View per catalog metric (allowed label keys, explicit buckets); others dropped."""
+    views = [
+        View(
+            instrument_name=spec.name,
+            attribute_keys=set(spec.attributes),
+            aggregation=ExplicitBucketHistogramAggregation(list(spec.buckets)) if spec.buckets else None,
+        )
+        for spec in catalog.METRICS
+    ]
+    if drop_unlisted:
+        listed = {spec.name for spec in catalog.METRICS}
+        views.append(_DropUnlistedView(listed))
+    return views
+
+
+class _DropUnlistedView(View):
+    """Drops every instrument the catalog does not list (other libraries' metrics)."""
+
+    def __init__(self, listed: set[str]) -> None:
+        super().__init__(instrument_name="*", aggregation=DropAggregation())
+        self._listed = listed
+
+    def _match(self, instrument: object) -> bool:
+        return getattr(instrument, "name", None) not in self._listed and bool(super()._match(instrument))  # type: ignore[arg-type]
+
+
+class LabelBounds:
+    """Keeps label values from model output bounded.
+
+    Per key: when names are registered (the tools, sub-agents and models the agents know), only
+    those are kept; otherwise the first ``cap`` distinct values are. Everything else becomes
+    :data:`~kaos_otel.catalog.OVERFLOW_VALUE`.
+    """
+
+    def __init__(self, cap: int = catalog.LABEL_VALUE_CAP) -> None:
+        self._cap = cap
+        self._lock = threading.Lock()
+        self._known: dict[str, set[str]] = {}
+        self._seen: dict[str, set[str]] = {key: set() for key in BOUNDED_KEYS}
+
+    def register(self, key: str, names: Iterable[str]) -> None:
+        """Declare names that are legitimate values of ``key``."""
+        with self._lock:
+            self._known.setdefault(key, set()).update(names)
+
+    def bound(self, key: str, value: str | None) -> str:
+        """The label value to record for ``value``."""
+        if not value:
+            return catalog.OVERFLOW_VALUE
+        known = self._known.get(key)
+        if known is not None and value not in known:
+            return catalog.OVERFLOW_VALUE
+        seen = self._seen.setdefault(key, set())
+        if value in seen:
+            return value
+        with self._lock:
+            if len(seen) >= self._cap:
+                return catalog.OVERFLOW_VALUE
+            seen.add(value)
+        return value
+
+
+class KaosMetrics:
+    """Every catalog instrument on one meter, with typed recording methods."""
+
+    def __init__(self, meter: Meter, bounds: LabelBounds, health: TelemetryHealth | None = None) -> None:
+        self.bounds = bounds
+        specs = catalog.METRICS_BY_NAME
+
+        def counter(name: str) -> Counter:
+            spec = specs[name]
+            return meter.create_counter(name, unit=spec.unit, description=spec.description)
+
+        def histogram(name: str) -> Histogram:
+            spec = specs[name]
+            return meter.create_histogram(
+                name,
+                unit=spec.unit,
+                description=spec.description,
+                explicit_bucket_boundaries_advisory=list(spec.buckets or ()),
+            )
+
+        self._operation_duration = histogram(catalog.GEN_AI_CLIENT_OPERATION_DURATION)
+        self._token_usage = histogram(catalog.GEN_AI_CLIENT_TOKEN_USAGE)
+        self._requests = counter(catalog.KAOS_REQUESTS)
+        self._request_duration = histogram(catalog.KAOS_REQUEST_DURATION)
+        self._request_steps = histogram(catalog.KAOS_REQUEST_STEPS)
+        self._model_calls = counter(catalog.KAOS_MODEL_CALLS)
+        self._model_duration = histogram(catalog.KAOS_MODEL_DURATION)
+        self._tool_calls = counter(catalog.KAOS_TOOL_CALLS)
+        self._tool_duration = histogram(catalog.KAOS_TOOL_DURATION)
+        self._delegations = counter(catalog.KAOS_DELEGATIONS)
+        self._delegation_duration = histogram(catalog.KAOS_DELEGATION_DURATION)
+        self._memory_operations = counter(catalog.KAOS_MEMORY_OPERATIONS)
+        self._memory_duration = histogram(catalog.KAOS_MEMORY_OPERATION_DURATION)
+        self._window_tokens = histogram(catalog.KAOS_MEMORY_WINDOW_TOKENS)
+        self._compactions = counter(catalog.KAOS_MEMORY_COMPACTIONS)
+        self._extraction_lag = histogram(catalog.KAOS_MEMORY_EXTRACTION_LAG)
+        if health is not None:
+            spec = specs[catalog.KAOS_TELEMETRY_DROPPED]
+            meter.create_observable_counter(
+                spec.name, callbacks=[health.observe], unit=spec.unit, description=spec.description
+            )
+
+    def _agent(self, agent: str) -> str:
+        return self.bounds.bound(catalog.GEN_AI_AGENT_NAME, agent)
+
+    def record_request(self, agent: str, outcome: Outcome, duration_s: float, steps: int | None) -> None:
+        """One agent request."""
+        labels = {catalog.GEN_AI_AGENT_NAME: self._agent(agent), catalog.KAOS_OUTCOME: outcome.value}
+        self._requests.add(1, labels)
+        self._request_duration.record(duration_s, labels)
+        if steps is not None:
+            self._request_steps.record(steps, labels)
+
+    def record_model_call(
+        self,
+        agent: str,
+        model: str,
+        provider: str,
+        outcome: Outcome,
+        duration_s: float,
+        *,
+        error_type: str | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> None:
+        """One model call: the kaos metrics and the GenAI client metrics."""
+        bounded_model = self.bounds.bound(catalog.GEN_AI_REQUEST_MODEL, model)
+        labels = {
+            catalog.GEN_AI_AGENT_NAME: self._agent(agent),
+            catalog.GEN_AI_REQUEST_MODEL: bounded_model,
+            catalog.KAOS_OUTCOME: outcome.value,
+        }
+        self._model_calls.add(1, labels)
+        self._model_duration.record(duration_s, labels)
+        gen_ai = {
+            catalog.GEN_AI_OPERATION_NAME: "chat",
+            catalog.GEN_AI_PROVIDER_NAME: provider,
+            catalog.GEN_AI_REQUEST_MODEL: bounded_model,
+        }
+        if error_type is not None:
+            self._operation_duration.record(
+                duration_s, {**gen_ai, catalog.ERROR_TYPE: self.bounds.bound(catalog.ERROR_TYPE, error_type)}
+            )
+        else:
+            self._operation_duration.record(duration_s, gen_ai)
+        for token_type, tokens in (("input", input_tokens), ("output", output_tokens)):
+            if tokens is not None:
+                self._token_usage.record(tokens, {**gen_ai, catalog.GEN_AI_TOKEN_TYPE: token_type})
+
+    def record_tool_call(self, agent: str, tool: str, outcome: Outcome, duration_s: float) -> None:
+        """One tool call."""
+        labels = {
+            catalog.GEN_AI_AGENT_NAME: self._agent(agent),
+            catalog.GEN_AI_TOOL_NAME: self.bounds.bound(catalog.GEN_AI_TOOL_NAME, tool),
+            catalog.KAOS_OUTCOME: outcome.value,
+        }
+        self._tool_calls.add(1, labels)
+        self._tool_duration.record(duration_s, labels)
+
+    def record_delegation(self, agent: str, target: str, outcome: Outcome, duration_s: float) -> None:
+        """One delegation to a sub-agent."""
+        labels = {
+            catalog.GEN_AI_AGENT_NAME: self._agent(agent),
+            catalog.KAOS_DELEGATION_TARGET: self.bounds.bound(catalog.KAOS_DELEGATION_TARGET, target),
+            catalog.KAOS_OUTCOME: outcome.value,
+        }
+        self._delegations.add(1, labels)
+        self._delegation_duration.record(duration_s, labels)
+
+    def record_memory_operation(
+        self,
+        tier: MemoryTier,
+        operation: str,
+        scope: MemoryScope | None,
+        outcome: Outcome,
+        duration_s: float,
+    ) -> None:
+        """One memory operation of any tier."""
+        labels = {
+            catalog.KAOS_MEMORY_TIER: tier.value,
+            catalog.KAOS_MEMORY_OPERATION: operation if operation in catalog.MEMORY_OPERATIONS else "other",
+            catalog.KAOS_MEMORY_SCOPE: scope.value if scope is not None else "none",
+            catalog.KAOS_OUTCOME: outcome.value,
+        }
+        self._memory_operations.add(1, labels)
+        self._memory_duration.record(duration_s, labels)
+
+    def record_window_tokens(self, agent: str, tokens: int) -> None:
+        """The short-term window size after a turn."""
+        self._window_tokens.record(tokens, {catalog.GEN_AI_AGENT_NAME: self._agent(agent)})
+
+    def record_compaction(self, agent: str, outcome: Outcome) -> None:
+        """One short-term window compaction."""
+        self._compactions.add(
+            1, {catalog.GEN_AI_AGENT_NAME: self._agent(agent), catalog.KAOS_OUTCOME: outcome.value}
+        )
+
+    def record_extraction_lag(self, agent: str, lag_s: float, outcome: Outcome) -> None:
+        """Delay from compaction to long-term extraction finishing."""
+        self._extraction_lag.record(
+            lag_s, {catalog.GEN_AI_AGENT_NAME: self._agent(agent), catalog.KAOS_OUTCOME: outcome.value}
+        )

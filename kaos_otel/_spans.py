@@ -1,0 +1,422 @@
+"""Span lifecycle built on handles: begin/success/failure, context manager and decorator.
+
+A begun span is current until it ends. Ending never uses a context token created elsewhere: the
+handle remembers the context that was current when it began and, if its own context is still
+current, puts back the nearest ancestor context whose span is still open. Ending out of order,
+or from another task or thread, therefore never corrupts the current context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.util.types import AttributeValue
+
+from kaos_otel import catalog
+from kaos_otel._content import ContentPolicy, to_attribute_value, to_attributes
+from kaos_otel._internal_log import internal_error
+from kaos_otel.catalog import Outcome
+
+_HANDLE_KEY = otel_context.create_key("kaos_otel.span_handle")
+_ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
+
+F = TypeVar("F", bound=Callable[..., Any])
+EndCallback = Callable[["SpanHandle", float], None]
+
+
+class SpanHandle:
+    """An open span and what is needed to end it correctly, once.
+
+    It offers the span methods agent code uses (``set_attribute``, ``add_event``...) and ends
+    through :meth:`success`, :meth:`failure` or a ``with`` block.
+    """
+
+    __slots__ = (
+        "_context",
+        "_ended",
+        "_error_type",
+        "_on_end",
+        "_outcome",
+        "_parent_context",
+        "_policy",
+        "_previous",
+        "_started",
+        "span",
+    )
+
+    def __init__(
+        self,
+        span: Span,
+        parent_context: Context,
+        policy: ContentPolicy,
+        on_end: EndCallback | None = None,
+        previous: Context | None = None,
+    ) -> None:
+        self.span = span
+        self._parent_context = parent_context
+        self._previous = parent_context if previous is None else previous
+        self._context = otel_context.set_value(
+            _HANDLE_KEY, self, trace.set_span_in_context(span, parent_context)
+        )
+        self._policy = policy
+        self._on_end = on_end
+        self._ended = False
+        self._outcome: Outcome | None = None
+        self._error_type: str | None = None
+        self._started = time.perf_counter()
+
+    # --- span-like surface ----------------------------------------------------------------
+    @property
+    def context(self) -> Context:
+        """The context in which this span is the current span."""
+        return self._context
+
+    @property
+    def is_ended(self) -> bool:
+        """Whether the span has ended."""
+        return self._ended
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The outcome set so far (``None`` until set or ended)."""
+        return self._outcome
+
+    @property
+    def error_type(self) -> str | None:
+        """The ``error.type`` recorded, if any."""
+        return self._error_type
+
+    def set_attribute(self, key: str, value: object) -> None:
+        """Set one attribute; any value is accepted (non-primitives are stringified, sizes capped)."""
+        if value is not None:
+            self.span.set_attribute(key, to_attribute_value(value, self._policy.max_value_length))
+
+    def set_attributes(self, attributes: Mapping[str, object]) -> None:
+        """Set several attributes (``None`` values are skipped)."""
+        self.span.set_attributes(to_attributes(attributes, self._policy.max_value_length))
+
+    def add_event(self, name: str, attributes: Mapping[str, object] | None = None) -> None:
+        """Add an event to the span."""
+        self.span.add_event(name, to_attributes(attributes, self._policy.max_value_length))
+
+    def set_content(self, key: str, value: object) -> None:
+        """Set a content attribute (prompt, response, arguments...) only when capture is on."""
+        if self._policy.capture_on_spans and value is not None:
+            self.set_attribute(key, value)
+
+    def set_outcome(self, outcome: Outcome, error_type: str | None = None) -> None:
+        """Record how the operation ended when it was not by an exception (e.g. ``max_steps``)."""
+        self._outcome = outcome
+        if error_type is not None:
+            self._error_type = error_type
+        elif outcome in _ERROR_OUTCOMES and self._error_type is None:
+            self._error_type = outcome.value
+
+    def record_exception(self, exc: BaseException) -> None:
+        """Record an ``exception`` event (message and stack only with content capture on)."""
+        self.span.add_event("exception", self._policy.exception_attributes(exc))
+
+    # --- ending -----------------------------------------------------------------------------
+    def success(self) -> None:
+        """End the span; its outcome is ``success`` unless :meth:`set_outcome` said otherwise."""
+        if self._ended:
+            return
+        if self._outcome is None:
+            self._outcome = Outcome.SUCCESS
+        self._end()
+
+    def failure(self, exc: BaseException) -> None:
+        """End the span as failed by ``exc``: exception event, ERROR status and ``error.type``."""
+        if self._ended:
+            return
+        canceled = isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt)
+        if self._outcome in (None, Outcome.SUCCESS):
+            self._outcome = Outcome.CANCELED if canceled else Outcome.ERROR
+        if self._error_type is None:
+            self._error_type = type(exc).__qualname__
+        try:
+            self.record_exception(exc)
+        except Exception as internal:
+            internal_error("recording an exception", internal)
+        self._end()
+
+    def _end(self) -> None:
+        self._ended = True
+        span = self.span
+        try:
+            outcome = self._outcome or Outcome.SUCCESS
+            if self._on_end is not None or outcome is not Outcome.SUCCESS:
+                span.set_attribute(catalog.KAOS_OUTCOME, outcome.value)
+            if self._error_type is not None:
+                span.set_attribute(catalog.ERROR_TYPE, self._error_type)
+            if outcome in _ERROR_OUTCOMES:
+                span.set_status(Status(StatusCode.ERROR, self._error_type or outcome.value))
+            if self._on_end is not None:
+                self._on_end(self, time.perf_counter() - self._started)
+        except Exception as exc:
+            internal_error("ending a span", exc)
+        finally:
+            span.end()
+            self._restore_context()
+
+    def _restore_context(self) -> None:
+        """If this span's context is current here, restore the one current when it began.
+
+        Should that context's span have ended meanwhile (out-of-order ends), the nearest one
+        still open is restored instead.
+        """
+        if otel_context.get_current() is self._context:
+            otel_context.attach(live_context(self._previous))
+
+    # --- context manager ----------------------------------------------------------------------
+    def __enter__(self) -> SpanHandle:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            self.success()
+        else:
+            self.failure(exc)
+
+    async def __aenter__(self) -> SpanHandle:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def live_context(ctx: Context) -> Context:
+    """``ctx``, or if its span was begun by a handle that has ended, the nearest open ancestor's."""
+    handle = ctx.get(_HANDLE_KEY)
+    while isinstance(handle, SpanHandle) and handle.is_ended:
+        ctx = handle._previous
+        handle = ctx.get(_HANDLE_KEY)
+    return ctx
+
+
+class SpanFactory:
+    """Creates handle-based spans for one tracer and content policy."""
+
+    def __init__(self, tracer: Tracer, policy: ContentPolicy) -> None:
+        self._tracer = tracer
+        self._policy = policy
+
+    @property
+    def policy(self) -> ContentPolicy:
+        """The content policy spans are recorded under."""
+        return self._policy
+
+    def start(
+        self,
+        name: str,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, object] | None = None,
+        links: Sequence[Link] | None = None,
+        parent: Context | None = None,
+        on_end: EndCallback | None = None,
+        handle_type: type[SpanHandle] = SpanHandle,
+        previous: Context | None = None,
+    ) -> SpanHandle:
+        """Start a span without making it current (``parent`` defaults to the current context)."""
+        parent_context = live_context(otel_context.get_current() if parent is None else parent)
+        span = self._tracer.start_span(
+            name,
+            context=parent_context,
+            kind=kind,
+            attributes=to_attributes(attributes, self._policy.max_value_length) if attributes else None,
+            links=links,
+        )
+        return handle_type(span, parent_context, self._policy, on_end, previous)
+
+    def begin(
+        self,
+        name: str,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, object] | None = None,
+        links: Sequence[Link] | None = None,
+        parent: Context | None = None,
+        on_end: EndCallback | None = None,
+        handle_type: type[SpanHandle] = SpanHandle,
+    ) -> SpanHandle:
+        """Start a span and make it current until it ends, then restore the context current now."""
+        previous = live_context(otel_context.get_current())
+        handle = self.start(
+            name,
+            kind=kind,
+            attributes=attributes,
+            links=links,
+            parent=previous if parent is None else parent,
+            on_end=on_end,
+            handle_type=handle_type,
+            previous=previous,
+        )
+        otel_context.attach(handle.context)
+        return handle
+
+    def traced(
+        self,
+        name: str | None = None,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> Callable[[F], F]:
+        """Decorate a sync, async, generator or async-generator function with a span."""
+
+        def decorate(fn: F) -> F:
+            span_name = name or fn.__qualname__
+            if inspect.isasyncgenfunction(fn):
+                return cast(F, self._wrap_async_generator(fn, span_name, kind, attributes))
+            if inspect.isgeneratorfunction(fn):
+                return cast(F, self._wrap_generator(fn, span_name, kind, attributes))
+            if inspect.iscoroutinefunction(fn):
+
+                @functools.wraps(fn)
+                async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                    with self.begin(span_name, kind=kind, attributes=attributes):
+                        return await fn(*args, **kwargs)
+
+                return cast(F, async_wrapper)
+
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                with self.begin(span_name, kind=kind, attributes=attributes):
+                    return fn(*args, **kwargs)
+
+            return cast(F, wrapper)
+
+        return decorate
+
+    def _wrap_generator(
+        self,
+        fn: Callable[..., Generator[Any, Any, Any]],
+        name: str,
+        kind: SpanKind,
+        attributes: Mapping[str, AttributeValue] | None,
+    ) -> Callable[..., Generator[Any, Any, Any]]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            handle = self.start(name, kind=kind, attributes=attributes)
+            generator = fn(*args, **kwargs)
+            to_send: Any = None
+            to_throw: BaseException | None = None
+            try:
+                while True:
+                    token = otel_context.attach(handle.context)
+                    try:
+                        item = generator.throw(to_throw) if to_throw is not None else generator.send(to_send)
+                    finally:
+                        otel_context.detach(token)
+                    to_throw = None
+                    try:
+                        to_send = yield item
+                    except GeneratorExit:
+                        generator.close()
+                        raise
+                    except BaseException as exc:
+                        to_throw = exc
+            except StopIteration as stop:
+                handle.success()
+                return stop.value
+            except GeneratorExit:
+                handle.success()
+                raise
+            except BaseException as exc:
+                handle.failure(exc)
+                raise
+
+        return wrapper
+
+    def _wrap_async_generator(
+        self,
+        fn: Callable[..., AsyncGenerator[Any, Any]],
+        name: str,
+        kind: SpanKind,
+        attributes: Mapping[str, AttributeValue] | None,
+    ) -> Callable[..., AsyncGenerator[Any, Any]]:
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            handle = self.start(name, kind=kind, attributes=attributes)
+            generator = fn(*args, **kwargs)
+            to_send: Any = None
+            to_throw: BaseException | None = None
+            try:
+                while True:
+                    token = otel_context.attach(handle.context)
+                    try:
+                        if to_throw is not None:
+                            item = await generator.athrow(to_throw)
+                        else:
+                            item = await generator.asend(to_send)
+                    finally:
+                        otel_context.detach(token)
+                    to_throw = None
+                    try:
+                        to_send = yield item
+                    except GeneratorExit:
+                        await generator.aclose()
+                        raise
+                    except BaseException as exc:
+                        to_throw = exc
+            except StopAsyncIteration:
+                handle.success()
+            except GeneratorExit:
+                handle.success()
+                raise
+            except BaseException as exc:
+                handle.failure(exc)
+                raise
+
+        return wrapper
+
+
+class NoopSpanHandle(SpanHandle):
+    """The handle every call returns when telemetry is disabled: it records nothing."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self.span = trace.INVALID_SPAN
+        self._parent_context = Context()
+        self._previous = self._parent_context
+        self._context = self._parent_context
+        self._ended = True
+        self._outcome = None
+        self._error_type = None
+        self._on_end = None
+
+    def set_attribute(self, key: str, value: object) -> None:
+        """Do nothing."""
+
+    def set_attributes(self, attributes: Mapping[str, object]) -> None:
+        """Do nothing."""
+
+    def add_event(self, name: str, attributes: Mapping[str, object] | None = None) -> None:
+        """Do nothing."""
+
+    def set_content(self, key: str, value: object) -> None:
+        """Do nothing."""
+
+    def set_outcome(self, outcome: Outcome, error_type: str | None = None) -> None:
+        """Do nothing."""
+
+    def record_exception(self, exc: BaseException) -> None:
+        """Do nothing."""
+
+
+NOOP_HANDLE = NoopSpanHandle()

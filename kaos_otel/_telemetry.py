@@ -1,0 +1,432 @@
+"""Agent-domain telemetry: convention-conformant spans that also record the catalog's metrics.
+
+:class:`AgentTelemetry` works on any tracer and meter; :class:`~kaos_otel.KaosOtelManager` adds
+configuration and the export pipeline on top, and instrumentors (Mem0) build one from the
+global providers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanKind, Tracer
+from opentelemetry.util.types import AttributeValue
+
+from kaos_otel import catalog
+from kaos_otel._content import ContentPolicy
+from kaos_otel._metrics import KaosMetrics
+from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle
+from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class AgentRun(SpanHandle):
+    """An ``invoke_agent`` span; counts the loop steps it contains."""
+
+    __slots__ = ("agent_name", "steps")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.agent_name = ""
+        self.steps = 0
+
+
+class ModelCall(SpanHandle):
+    """A ``chat`` span; carries token usage to the metrics."""
+
+    __slots__ = ("input_tokens", "output_tokens")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+
+    def record_usage(
+        self,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        *,
+        response_model: str | None = None,
+        finish_reasons: Sequence[str] | None = None,
+    ) -> None:
+        """Record token usage and response details."""
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.set_attributes(
+            {
+                catalog.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
+                catalog.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,
+                catalog.GEN_AI_RESPONSE_MODEL: response_model,
+                catalog.GEN_AI_RESPONSE_FINISH_REASONS: tuple(finish_reasons) if finish_reasons else None,
+            }
+        )
+
+    def record_messages(self, input_messages: object = None, output_messages: object = None) -> None:
+        """Record prompt and response messages, only when content capture is on."""
+        self.set_content(catalog.GEN_AI_INPUT_MESSAGES, input_messages)
+        self.set_content(catalog.GEN_AI_OUTPUT_MESSAGES, output_messages)
+
+
+class MemoryOperation(SpanHandle):
+    """A ``gen_ai.memory.client`` span."""
+
+    __slots__ = ()
+
+    def set_record_count(self, count: int) -> None:
+        """Records returned or affected."""
+        self.span.set_attribute(catalog.GEN_AI_MEMORY_RECORD_COUNT, count)
+
+
+H = TypeVar("H", bound=SpanHandle)
+
+
+class AgentTelemetry:
+    """Spans (three styles) and agent-domain helpers on one tracer and one set of instruments."""
+
+    def __init__(
+        self, tracer: Tracer, metrics: KaosMetrics, policy: ContentPolicy, *, enabled: bool = True
+    ) -> None:
+        self._spans = SpanFactory(tracer, policy)
+        self._metrics = metrics
+        self._enabled = enabled
+
+    @property
+    def enabled(self) -> bool:
+        """Whether telemetry is recorded at all (``False`` with ``OTEL_SDK_DISABLED``)."""
+        return self._enabled
+
+    @property
+    def content_policy(self) -> ContentPolicy:
+        """What content is captured and how exported strings are cleaned."""
+        return self._spans.policy
+
+    @property
+    def metrics(self) -> KaosMetrics:
+        """The catalog's instruments."""
+        return self._metrics
+
+    # --- generic spans --------------------------------------------------------------------------
+    def span_begin(
+        self,
+        name: str,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, object] | None = None,
+        *,
+        links: Sequence[Link] | None = None,
+        parent: Context | None = None,
+    ) -> SpanHandle:
+        """Begin a span that is current until :meth:`span_success` or :meth:`span_failure`."""
+        if not self._enabled:
+            return NOOP_HANDLE
+        return self._spans.begin(name, kind=kind, attributes=attributes, links=links, parent=parent)
+
+    def span_success(self, span: SpanHandle) -> None:
+        """End a span begun with :meth:`span_begin` successfully (ending twice is harmless)."""
+        span.success()
+
+    def span_failure(self, span: SpanHandle, exc: BaseException) -> None:
+        """End a span as failed by ``exc``."""
+        span.failure(exc)
+
+    def span(
+        self,
+        name: str,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, object] | None = None,
+        *,
+        links: Sequence[Link] | None = None,
+        parent: Context | None = None,
+    ) -> SpanHandle:
+        """A span for a ``with`` block: ``with otel.span("step") as span: ...``."""
+        return self.span_begin(name, kind, attributes, links=links, parent=parent)
+
+    def traced(
+        self,
+        name: str | None = None,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> Callable[[F], F]:
+        """Decorator for sync, async, generator and async-generator functions."""
+        if not self._enabled:
+            return _identity
+        return self._spans.traced(name, kind=kind, attributes=attributes)
+
+    # --- agent domain ---------------------------------------------------------------------------
+    def register_known_names(
+        self,
+        agent: str | None = None,
+        *,
+        tools: Iterable[str] = (),
+        models: Iterable[str] = (),
+        targets: Iterable[str] = (),
+    ) -> None:
+        """Declare the names an agent knows; other names from model output become one overflow label."""
+        bounds = self._metrics.bounds
+        if agent is not None:
+            bounds.register(catalog.GEN_AI_AGENT_NAME, [agent])
+        bounds.register(catalog.GEN_AI_TOOL_NAME, tools)
+        bounds.register(catalog.GEN_AI_REQUEST_MODEL, models)
+        bounds.register(catalog.KAOS_DELEGATION_TARGET, targets)
+        bounds.register(catalog.GEN_AI_AGENT_NAME, targets)
+
+    def _begin(
+        self,
+        handle_type: type[H],
+        name: str,
+        kind: SpanKind,
+        attributes: Mapping[str, object],
+        on_end: EndCallback,
+    ) -> H:
+        handle = self._spans.begin(
+            name, kind=kind, attributes=attributes, on_end=on_end, handle_type=handle_type
+        )
+        assert isinstance(handle, handle_type)
+        return handle
+
+    def invoke_agent(
+        self,
+        agent_name: str,
+        *,
+        agent_id: str | None = None,
+        conversation_id: str | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        max_steps: int | None = None,
+        attributes: Mapping[str, object] | None = None,
+    ) -> AgentRun:
+        """An agent run (``invoke_agent {agent}``); records requests, duration and steps at the end."""
+        if not self._enabled:
+            return NOOP_AGENT_RUN
+        run = self._begin(
+            AgentRun,
+            f"invoke_agent {agent_name}",
+            SpanKind.INTERNAL,
+            {
+                catalog.GEN_AI_OPERATION_NAME: "invoke_agent",
+                catalog.GEN_AI_AGENT_NAME: agent_name,
+                catalog.GEN_AI_AGENT_ID: agent_id,
+                catalog.GEN_AI_CONVERSATION_ID: conversation_id,
+                catalog.SESSION_ID: session_id,
+                catalog.USER_ID: user_id,
+                catalog.KAOS_AGENT_MAX_STEPS: max_steps,
+                **(attributes or {}),
+            },
+            self._end_agent_run,
+        )
+        run.agent_name = agent_name
+        return run
+
+    def _end_agent_run(self, handle: SpanHandle, duration_s: float) -> None:
+        assert isinstance(handle, AgentRun)
+        handle.span.set_attribute(catalog.KAOS_AGENT_STEPS, handle.steps)
+        self._metrics.record_request(
+            handle.agent_name, handle.outcome or Outcome.SUCCESS, duration_s, handle.steps
+        )
+
+    def agent_step(self, run: AgentRun, step: int | None = None) -> SpanHandle:
+        """One loop iteration (``agent_step``; the number is the ``kaos.agent.step`` attribute)."""
+        if not self._enabled:
+            return NOOP_HANDLE
+        run.steps = step if step is not None else run.steps + 1
+        return self._spans.begin(
+            catalog.SPAN_AGENT_STEP,
+            attributes={catalog.GEN_AI_AGENT_NAME: run.agent_name, catalog.KAOS_AGENT_STEP: run.steps},
+        )
+
+    def model_call(
+        self,
+        agent_name: str,
+        model: str,
+        *,
+        provider: str = "openai",
+        server_address: str | None = None,
+        server_port: int | None = None,
+        attributes: Mapping[str, object] | None = None,
+    ) -> ModelCall:
+        """A model call (``chat {model}``, CLIENT); records the GenAI client metrics at the end."""
+        if not self._enabled:
+            return NOOP_MODEL_CALL
+
+        def on_end(handle: SpanHandle, duration_s: float) -> None:
+            assert isinstance(handle, ModelCall)
+            self._metrics.record_model_call(
+                agent_name,
+                model,
+                provider,
+                handle.outcome or Outcome.SUCCESS,
+                duration_s,
+                error_type=handle.error_type,
+                input_tokens=handle.input_tokens,
+                output_tokens=handle.output_tokens,
+            )
+
+        return self._begin(
+            ModelCall,
+            f"chat {model}",
+            SpanKind.CLIENT,
+            {
+                catalog.GEN_AI_OPERATION_NAME: "chat",
+                catalog.GEN_AI_PROVIDER_NAME: provider,
+                catalog.GEN_AI_REQUEST_MODEL: model,
+                catalog.GEN_AI_AGENT_NAME: agent_name,
+                catalog.SERVER_ADDRESS: server_address,
+                catalog.SERVER_PORT: server_port,
+                **(attributes or {}),
+            },
+            on_end,
+        )
+
+    def tool_call(
+        self,
+        agent_name: str,
+        tool_name: str,
+        *,
+        call_id: str | None = None,
+        arguments: object = None,
+        tool_type: str = "function",
+        attributes: Mapping[str, object] | None = None,
+    ) -> SpanHandle:
+        """A tool call (``execute_tool {tool}``); arguments are recorded only with content capture on."""
+        if not self._enabled:
+            return NOOP_HANDLE
+
+        def on_end(handle: SpanHandle, duration_s: float) -> None:
+            self._metrics.record_tool_call(
+                agent_name, tool_name, handle.outcome or Outcome.SUCCESS, duration_s
+            )
+
+        handle = self._begin(
+            SpanHandle,
+            f"execute_tool {tool_name}",
+            SpanKind.INTERNAL,
+            {
+                catalog.GEN_AI_OPERATION_NAME: "execute_tool",
+                catalog.GEN_AI_TOOL_NAME: tool_name,
+                catalog.GEN_AI_TOOL_TYPE: tool_type,
+                catalog.GEN_AI_TOOL_CALL_ID: call_id,
+                catalog.GEN_AI_AGENT_NAME: agent_name,
+                **(attributes or {}),
+            },
+            on_end,
+        )
+        handle.set_content(catalog.GEN_AI_TOOL_CALL_ARGUMENTS, arguments)
+        return handle
+
+    def delegation(
+        self, agent_name: str, target: str, *, attributes: Mapping[str, object] | None = None
+    ) -> SpanHandle:
+        """A delegation to a remote sub-agent (``invoke_agent {target}``, CLIENT)."""
+        if not self._enabled:
+            return NOOP_HANDLE
+
+        def on_end(handle: SpanHandle, duration_s: float) -> None:
+            self._metrics.record_delegation(agent_name, target, handle.outcome or Outcome.SUCCESS, duration_s)
+
+        return self._begin(
+            SpanHandle,
+            f"invoke_agent {target}",
+            SpanKind.CLIENT,
+            {
+                catalog.GEN_AI_OPERATION_NAME: "invoke_agent",
+                catalog.GEN_AI_AGENT_NAME: target,
+                catalog.KAOS_DELEGATION_SOURCE: agent_name,
+                catalog.KAOS_DELEGATION_TARGET: target,
+                **(attributes or {}),
+            },
+            on_end,
+        )
+
+    def memory_operation(
+        self,
+        tier: MemoryTier,
+        operation: str,
+        *,
+        scope: MemoryScope | None = None,
+        store_id: str | None = None,
+        record_id: str | None = None,
+        provider: str | None = None,
+        attributes: Mapping[str, object] | None = None,
+    ) -> MemoryOperation:
+        """A memory operation of any tier (``gen_ai.memory.client`` span named after the operation)."""
+        if not self._enabled:
+            return NOOP_MEMORY_OPERATION
+
+        def on_end(handle: SpanHandle, duration_s: float) -> None:
+            self._metrics.record_memory_operation(
+                tier, operation, scope, handle.outcome or Outcome.SUCCESS, duration_s
+            )
+
+        return self._begin(
+            MemoryOperation,
+            operation,
+            SpanKind.CLIENT,
+            {
+                catalog.GEN_AI_OPERATION_NAME: operation,
+                catalog.GEN_AI_MEMORY_STORE_ID: store_id,
+                catalog.GEN_AI_MEMORY_RECORD_ID: record_id,
+                catalog.KAOS_MEMORY_TIER: tier.value,
+                catalog.KAOS_MEMORY_OPERATION: operation,
+                catalog.KAOS_MEMORY_SCOPE: scope.value if scope is not None else None,
+                catalog.KAOS_MEMORY_PROVIDER: provider,
+                **(attributes or {}),
+            },
+            on_end,
+        )
+
+    def record_window_tokens(self, agent_name: str, tokens: int) -> None:
+        """Record the short-term window size (tokens) after a turn."""
+        if self._enabled:
+            self._metrics.record_window_tokens(agent_name, tokens)
+
+    def record_compaction(self, agent_name: str, outcome: Outcome = Outcome.SUCCESS) -> None:
+        """Record one short-term window compaction."""
+        if self._enabled:
+            self._metrics.record_compaction(agent_name, outcome)
+
+    def record_extraction_lag(
+        self, agent_name: str, lag_s: float, outcome: Outcome = Outcome.SUCCESS
+    ) -> None:
+        """Record the delay from compaction to long-term extraction finishing."""
+        if self._enabled:
+            self._metrics.record_extraction_lag(agent_name, lag_s, outcome)
+
+
+def _identity(fn: F) -> F:
+    return fn
+
+
+class _NoopAgentRun(NoopSpanHandle, AgentRun):
+    """An agent run that records nothing (telemetry disabled)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        NoopSpanHandle.__init__(self)
+        self.agent_name = ""
+        self.steps = 0
+
+
+class _NoopModelCall(NoopSpanHandle, ModelCall):
+    """A model call that records nothing (telemetry disabled)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        NoopSpanHandle.__init__(self)
+        self.input_tokens = None
+        self.output_tokens = None
+
+
+class _NoopMemoryOperation(NoopSpanHandle, MemoryOperation):
+    """A memory operation that records nothing (telemetry disabled)."""
+
+    __slots__ = ()
+
+
+NOOP_AGENT_RUN: AgentRun = _NoopAgentRun()
+NOOP_MODEL_CALL: ModelCall = _NoopModelCall()
+NOOP_MEMORY_OPERATION: MemoryOperation = _NoopMemoryOperation()

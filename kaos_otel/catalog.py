@@ -1,0 +1,578 @@
+"""Every name kaos-otel emits: span names, attributes, metrics and log events.
+
+This module is the single source of truth. Docs, dashboards, alert rules and tests are checked
+against it, so a convention rename is one edit here. Names come from the OpenTelemetry GenAI,
+memory and MCP conventions where one exists; ``kaos.*`` names are used only where none does.
+
+Units: every duration is in seconds (``s``), as OpenTelemetry recommends, and every duration
+histogram uses explicit buckets from 5 ms to 10 minutes (SigNoz drops exponential histograms).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+
+class Outcome(StrEnum):
+    """How an operation ended, as recorded on spans (``kaos.outcome``) and metric labels."""
+
+    SUCCESS = "success"
+    ERROR = "error"
+    MAX_STEPS = "max_steps"
+    CANCELED = "canceled"
+    DEGRADED = "degraded"
+
+
+class MemoryTier(StrEnum):
+    """The three memory tiers of the seed's design."""
+
+    SHORT_TERM = "short_term"
+    MEDIUM_TERM = "medium_term"
+    LONG_TERM = "long_term"
+
+
+class MemoryScope(StrEnum):
+    """The read scope a memory operation was made at (session < agent < user < store)."""
+
+    SESSION = "session"
+    AGENT = "agent"
+    USER = "user"
+    STORE = "store"
+
+
+# --- attribute keys -------------------------------------------------------------------------
+# OpenTelemetry GenAI conventions
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_AGENT_ID = "gen_ai.agent.id"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+# memory conventions (semantic-conventions-genai #140)
+GEN_AI_MEMORY_STORE_ID = "gen_ai.memory.store.id"
+GEN_AI_MEMORY_RECORD_ID = "gen_ai.memory.record.id"
+GEN_AI_MEMORY_RECORD_COUNT = "gen_ai.memory.record.count"
+GEN_AI_MEMORY_QUERY_TEXT = "gen_ai.memory.query.text"
+GEN_AI_MEMORY_RECORDS = "gen_ai.memory.records"
+# general conventions
+ERROR_TYPE = "error.type"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+SESSION_ID = "session.id"
+USER_ID = "user.id"
+# kaos.* (no convention exists)
+KAOS_OUTCOME = "kaos.outcome"
+KAOS_AGENT_STEP = "kaos.agent.step"
+KAOS_AGENT_MAX_STEPS = "kaos.agent.max_steps"
+KAOS_AGENT_STEPS = "kaos.agent.steps"
+KAOS_DELEGATION_SOURCE = "kaos.delegation.source"
+KAOS_DELEGATION_TARGET = "kaos.delegation.target"
+KAOS_TASK_ID = "kaos.task.id"
+KAOS_MEMORY_TIER = "kaos.memory.tier"
+KAOS_MEMORY_OPERATION = "kaos.memory.operation"
+KAOS_MEMORY_SCOPE = "kaos.memory.scope"
+KAOS_MEMORY_PROVIDER = "kaos.memory.provider"
+KAOS_TELEMETRY_SIGNAL = "kaos.telemetry.signal"
+KAOS_TELEMETRY_REASON = "kaos.telemetry.reason"
+KAOS_TRACE_TRUST = "kaos.trace.trust"
+
+OVERFLOW_VALUE = "_other"
+"""The one label value that every name outside a label's bound collapses into."""
+
+HIGH_CARDINALITY_KEYS: frozenset[str] = frozenset(
+    {
+        SESSION_ID,
+        USER_ID,
+        GEN_AI_CONVERSATION_ID,
+        GEN_AI_AGENT_ID,
+        GEN_AI_TOOL_CALL_ID,
+        GEN_AI_MEMORY_STORE_ID,
+        GEN_AI_MEMORY_RECORD_ID,
+        KAOS_TASK_ID,
+    }
+)
+"""Ids that belong on spans and logs, never on metric labels."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeSpec:
+    """One attribute key kaos-otel sets, where it is defined and whether it is content."""
+
+    key: str
+    brief: str
+    source: Literal["otel", "kaos"]
+    content: bool = False
+
+
+ATTRIBUTES: tuple[AttributeSpec, ...] = (
+    AttributeSpec(GEN_AI_OPERATION_NAME, "GenAI operation (invoke_agent, chat, execute_tool...)", "otel"),
+    AttributeSpec(GEN_AI_PROVIDER_NAME, "Model provider, e.g. openai", "otel"),
+    AttributeSpec(GEN_AI_AGENT_NAME, "Agent name", "otel"),
+    AttributeSpec(GEN_AI_AGENT_ID, "Agent instance id", "otel"),
+    AttributeSpec(GEN_AI_CONVERSATION_ID, "Conversation id", "otel"),
+    AttributeSpec(GEN_AI_REQUEST_MODEL, "Requested model", "otel"),
+    AttributeSpec(GEN_AI_RESPONSE_MODEL, "Model that answered", "otel"),
+    AttributeSpec(GEN_AI_RESPONSE_FINISH_REASONS, "Finish reasons of the choices", "otel"),
+    AttributeSpec(GEN_AI_USAGE_INPUT_TOKENS, "Input tokens used", "otel"),
+    AttributeSpec(GEN_AI_USAGE_OUTPUT_TOKENS, "Output tokens used", "otel"),
+    AttributeSpec(GEN_AI_TOKEN_TYPE, "input or output (metric label)", "otel"),
+    AttributeSpec(GEN_AI_TOOL_NAME, "Tool name", "otel"),
+    AttributeSpec(GEN_AI_TOOL_CALL_ID, "Tool call id", "otel"),
+    AttributeSpec(GEN_AI_TOOL_TYPE, "function or extension", "otel"),
+    AttributeSpec(GEN_AI_TOOL_CALL_ARGUMENTS, "Tool arguments", "otel", content=True),
+    AttributeSpec(GEN_AI_TOOL_CALL_RESULT, "Tool result", "otel", content=True),
+    AttributeSpec(GEN_AI_INPUT_MESSAGES, "Prompt messages", "otel", content=True),
+    AttributeSpec(GEN_AI_OUTPUT_MESSAGES, "Response messages", "otel", content=True),
+    AttributeSpec(GEN_AI_SYSTEM_INSTRUCTIONS, "System instructions", "otel", content=True),
+    AttributeSpec(GEN_AI_MEMORY_STORE_ID, "Memory store id", "otel"),
+    AttributeSpec(GEN_AI_MEMORY_RECORD_ID, "Memory record id", "otel"),
+    AttributeSpec(GEN_AI_MEMORY_RECORD_COUNT, "Records returned or affected", "otel"),
+    AttributeSpec(GEN_AI_MEMORY_QUERY_TEXT, "Memory search query", "otel", content=True),
+    AttributeSpec(GEN_AI_MEMORY_RECORDS, "Memory record content", "otel", content=True),
+    AttributeSpec(ERROR_TYPE, "Exception class or error code", "otel"),
+    AttributeSpec(SERVER_ADDRESS, "Server host", "otel"),
+    AttributeSpec(SERVER_PORT, "Server port", "otel"),
+    AttributeSpec(SESSION_ID, "Session id", "otel"),
+    AttributeSpec(USER_ID, "Verified user id (from the gateway header)", "otel"),
+    AttributeSpec(KAOS_OUTCOME, "success | error | max_steps | canceled | degraded", "kaos"),
+    AttributeSpec(KAOS_AGENT_STEP, "Loop step number (1-based)", "kaos"),
+    AttributeSpec(KAOS_AGENT_MAX_STEPS, "Step budget of the run", "kaos"),
+    AttributeSpec(KAOS_AGENT_STEPS, "Steps the run took", "kaos"),
+    AttributeSpec(KAOS_DELEGATION_SOURCE, "Agent that delegated", "kaos"),
+    AttributeSpec(KAOS_DELEGATION_TARGET, "Agent delegated to (bounded on metrics)", "kaos"),
+    AttributeSpec(KAOS_TASK_ID, "Task id", "kaos"),
+    AttributeSpec(KAOS_MEMORY_TIER, "short_term | medium_term | long_term", "kaos"),
+    AttributeSpec(KAOS_MEMORY_OPERATION, "Memory operation name (search_memory...)", "kaos"),
+    AttributeSpec(KAOS_MEMORY_SCOPE, "session | agent | user | store", "kaos"),
+    AttributeSpec(KAOS_MEMORY_PROVIDER, "Memory engine, e.g. mem0", "kaos"),
+    AttributeSpec(KAOS_TELEMETRY_SIGNAL, "traces | metrics | logs", "kaos"),
+    AttributeSpec(KAOS_TELEMETRY_REASON, "queue_full | export_failed | shutdown", "kaos"),
+    AttributeSpec(KAOS_TRACE_TRUST, "trusted | link | ignore: how incoming context was used", "kaos"),
+)
+
+
+# --- spans ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SpanSpec:
+    """A span kaos-otel creates: its name pattern, kind and the operation it stands for."""
+
+    name: str
+    kind: Literal["INTERNAL", "CLIENT", "SERVER"]
+    operation: str
+    brief: str
+
+
+SPAN_INVOKE_AGENT = "invoke_agent {gen_ai.agent.name}"
+SPAN_AGENT_STEP = "agent_step"
+SPAN_CHAT = "chat {gen_ai.request.model}"
+SPAN_EXECUTE_TOOL = "execute_tool {gen_ai.tool.name}"
+SPAN_DELEGATION = "invoke_agent {kaos.delegation.target}"
+SPAN_MEMORY = "{gen_ai.operation.name}"
+
+MEMORY_OPERATIONS: tuple[str, ...] = (
+    "create_memory_store",
+    "search_memory",
+    "create_memory",
+    "update_memory",
+    "upsert_memory",
+    "delete_memory",
+    "delete_memory_store",
+    "get_memory",
+    "list_memory",
+    "memory_history",
+)
+"""Memory operation names: the convention's, plus read/list/history for engines such as Mem0."""
+
+SPANS: tuple[SpanSpec, ...] = (
+    SpanSpec(SPAN_INVOKE_AGENT, "INTERNAL", "invoke_agent", "One agent run (the agentic loop)"),
+    SpanSpec(SPAN_AGENT_STEP, "INTERNAL", "agent_step", "One loop iteration; step number in kaos.agent.step"),
+    SpanSpec(SPAN_CHAT, "CLIENT", "chat", "One model call"),
+    SpanSpec(
+        SPAN_EXECUTE_TOOL, "INTERNAL", "execute_tool", "One tool call (the MCP client span is its child)"
+    ),
+    SpanSpec(SPAN_DELEGATION, "CLIENT", "invoke_agent", "Delegation to a remote sub-agent"),
+    SpanSpec(SPAN_MEMORY, "CLIENT", "<memory operation>", "One memory operation (gen_ai.memory.client)"),
+    SpanSpec(
+        "{http.request.method} {http.route}", "SERVER", "http", "Incoming HTTP request (ASGI middleware)"
+    ),
+)
+
+
+# --- metrics --------------------------------------------------------------------------------
+DURATION_BUCKETS_S: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
+GEN_AI_DURATION_BUCKETS_S: tuple[float, ...] = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
+GEN_AI_TOKEN_BUCKETS: tuple[float, ...] = (
+    1,
+    4,
+    16,
+    64,
+    256,
+    1024,
+    4096,
+    16384,
+    65536,
+    262144,
+    1048576,
+    4194304,
+    16777216,
+    67108864,
+)
+STEP_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50)
+WINDOW_TOKEN_BUCKETS: tuple[float, ...] = (
+    64,
+    128,
+    256,
+    512,
+    1024,
+    2048,
+    4096,
+    8192,
+    16384,
+    32768,
+    65536,
+    131072,
+    262144,
+)
+
+LABEL_VALUE_CAP = 50
+"""Distinct values any one label key may take per instrument before values overflow."""
+
+Instrument = Literal["counter", "histogram"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric: instrument, unit, allowed label keys and (histograms) bucket boundaries."""
+
+    name: str
+    instrument: Instrument
+    unit: str
+    description: str
+    attributes: tuple[str, ...]
+    buckets: tuple[float, ...] | None = None
+    max_label_sets: int = 0
+
+    @property
+    def prometheus(self) -> str:
+        """The series name Prometheus shows (``_bucket`` etc. are added for histograms)."""
+        return prometheus_name(self.name, self.unit, monotonic=self.instrument == "counter")
+
+    @property
+    def signoz(self) -> str:
+        """The name SigNoz shows; histograms are queried as ``<name>.bucket``."""
+        return self.name + ".bucket" if self.instrument == "histogram" else self.name
+
+
+def _metric(
+    name: str,
+    instrument: Instrument,
+    unit: str,
+    description: str,
+    attributes: tuple[str, ...],
+    buckets: tuple[float, ...] | None = None,
+    *,
+    fixed_label_values: dict[str, int] | None = None,
+) -> MetricSpec:
+    """Build a spec whose label-set bound is the product of each key's value cap."""
+    bound = 1
+    fixed = fixed_label_values or {}
+    for key in attributes:
+        bound *= fixed.get(key, LABEL_VALUE_CAP + 1)
+    return MetricSpec(name, instrument, unit, description, attributes, buckets, bound)
+
+
+_OUTCOMES = len(Outcome)
+_AGENT_OUTCOME = {KAOS_OUTCOME: _OUTCOMES}
+
+GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
+GEN_AI_CLIENT_TOKEN_USAGE = "gen_ai.client.token.usage"
+KAOS_REQUESTS = "kaos.requests"
+KAOS_REQUEST_DURATION = "kaos.request.duration"
+KAOS_REQUEST_STEPS = "kaos.request.steps"
+KAOS_MODEL_CALLS = "kaos.model.calls"
+KAOS_MODEL_DURATION = "kaos.model.duration"
+KAOS_TOOL_CALLS = "kaos.tool.calls"
+KAOS_TOOL_DURATION = "kaos.tool.duration"
+KAOS_DELEGATIONS = "kaos.delegations"
+KAOS_DELEGATION_DURATION = "kaos.delegation.duration"
+KAOS_MEMORY_OPERATIONS = "kaos.memory.operations"
+KAOS_MEMORY_OPERATION_DURATION = "kaos.memory.operation.duration"
+KAOS_MEMORY_WINDOW_TOKENS = "kaos.memory.window.tokens"
+KAOS_MEMORY_COMPACTIONS = "kaos.memory.compactions"
+KAOS_MEMORY_EXTRACTION_LAG = "kaos.memory.extraction.lag"
+KAOS_TELEMETRY_DROPPED = "kaos.telemetry.dropped"
+
+_MEMORY_LABELS = (KAOS_MEMORY_TIER, KAOS_MEMORY_OPERATION, KAOS_MEMORY_SCOPE, KAOS_OUTCOME)
+_MEMORY_FIXED = {
+    KAOS_MEMORY_TIER: len(MemoryTier),
+    KAOS_MEMORY_OPERATION: len(MEMORY_OPERATIONS),
+    KAOS_MEMORY_SCOPE: len(MemoryScope) + 1,
+    KAOS_OUTCOME: _OUTCOMES,
+}
+
+METRICS: tuple[MetricSpec, ...] = (
+    _metric(
+        GEN_AI_CLIENT_OPERATION_DURATION,
+        "histogram",
+        "s",
+        "GenAI operation duration (convention)",
+        (GEN_AI_OPERATION_NAME, GEN_AI_PROVIDER_NAME, GEN_AI_REQUEST_MODEL, ERROR_TYPE),
+        GEN_AI_DURATION_BUCKETS_S,
+        fixed_label_values={GEN_AI_OPERATION_NAME: 1, GEN_AI_PROVIDER_NAME: 1},
+    ),
+    _metric(
+        GEN_AI_CLIENT_TOKEN_USAGE,
+        "histogram",
+        "{token}",
+        "Tokens used per model call (convention)",
+        (GEN_AI_OPERATION_NAME, GEN_AI_PROVIDER_NAME, GEN_AI_REQUEST_MODEL, GEN_AI_TOKEN_TYPE),
+        GEN_AI_TOKEN_BUCKETS,
+        fixed_label_values={GEN_AI_OPERATION_NAME: 1, GEN_AI_PROVIDER_NAME: 1, GEN_AI_TOKEN_TYPE: 2},
+    ),
+    _metric(
+        KAOS_REQUESTS,
+        "counter",
+        "{request}",
+        "Agent requests by outcome",
+        (GEN_AI_AGENT_NAME, KAOS_OUTCOME),
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_REQUEST_DURATION,
+        "histogram",
+        "s",
+        "Agent request duration",
+        (GEN_AI_AGENT_NAME, KAOS_OUTCOME),
+        DURATION_BUCKETS_S,
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_REQUEST_STEPS,
+        "histogram",
+        "{step}",
+        "Loop steps per agent request",
+        (GEN_AI_AGENT_NAME, KAOS_OUTCOME),
+        STEP_BUCKETS,
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_MODEL_CALLS,
+        "counter",
+        "{call}",
+        "Model calls",
+        (GEN_AI_AGENT_NAME, GEN_AI_REQUEST_MODEL, KAOS_OUTCOME),
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_MODEL_DURATION,
+        "histogram",
+        "s",
+        "Model call duration",
+        (GEN_AI_AGENT_NAME, GEN_AI_REQUEST_MODEL, KAOS_OUTCOME),
+        DURATION_BUCKETS_S,
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_TOOL_CALLS,
+        "counter",
+        "{call}",
+        "Tool calls",
+        (GEN_AI_AGENT_NAME, GEN_AI_TOOL_NAME, KAOS_OUTCOME),
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_TOOL_DURATION,
+        "histogram",
+        "s",
+        "Tool call duration",
+        (GEN_AI_AGENT_NAME, GEN_AI_TOOL_NAME, KAOS_OUTCOME),
+        DURATION_BUCKETS_S,
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_DELEGATIONS,
+        "counter",
+        "{delegation}",
+        "Delegations to sub-agents",
+        (GEN_AI_AGENT_NAME, KAOS_DELEGATION_TARGET, KAOS_OUTCOME),
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_DELEGATION_DURATION,
+        "histogram",
+        "s",
+        "Delegation duration",
+        (GEN_AI_AGENT_NAME, KAOS_DELEGATION_TARGET, KAOS_OUTCOME),
+        DURATION_BUCKETS_S,
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_MEMORY_OPERATIONS,
+        "counter",
+        "{operation}",
+        "Memory operations",
+        _MEMORY_LABELS,
+        fixed_label_values=_MEMORY_FIXED,
+    ),
+    _metric(
+        KAOS_MEMORY_OPERATION_DURATION,
+        "histogram",
+        "s",
+        "Memory operation duration",
+        _MEMORY_LABELS,
+        DURATION_BUCKETS_S,
+        fixed_label_values=_MEMORY_FIXED,
+    ),
+    _metric(
+        KAOS_MEMORY_WINDOW_TOKENS,
+        "histogram",
+        "{token}",
+        "Short-term window size after a turn",
+        (GEN_AI_AGENT_NAME,),
+        WINDOW_TOKEN_BUCKETS,
+    ),
+    _metric(
+        KAOS_MEMORY_COMPACTIONS,
+        "counter",
+        "{compaction}",
+        "Short-term window compactions",
+        (GEN_AI_AGENT_NAME, KAOS_OUTCOME),
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_MEMORY_EXTRACTION_LAG,
+        "histogram",
+        "s",
+        "Delay from compaction to long-term extraction finishing",
+        (GEN_AI_AGENT_NAME, KAOS_OUTCOME),
+        DURATION_BUCKETS_S,
+        fixed_label_values=_AGENT_OUTCOME,
+    ),
+    _metric(
+        KAOS_TELEMETRY_DROPPED,
+        "counter",
+        "{item}",
+        "Telemetry items dropped or failed to export",
+        (KAOS_TELEMETRY_SIGNAL, KAOS_TELEMETRY_REASON),
+        fixed_label_values={KAOS_TELEMETRY_SIGNAL: 3, KAOS_TELEMETRY_REASON: 3},
+    ),
+)
+
+METRICS_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
+
+
+# --- log events -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LogEventSpec:
+    """A named log event (``event.name``) kaos-otel emits."""
+
+    name: str
+    brief: str
+    content: bool
+
+
+GEN_AI_INFERENCE_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+
+LOG_EVENTS: tuple[LogEventSpec, ...] = (
+    LogEventSpec(
+        GEN_AI_INFERENCE_DETAILS_EVENT,
+        "Model call input/output messages; only with content capture in an EVENT mode",
+        content=True,
+    ),
+)
+
+
+# --- backend names --------------------------------------------------------------------------
+_UNIT_SUFFIXES = {"s": "seconds", "ms": "milliseconds", "By": "bytes"}
+
+
+def prometheus_name(name: str, unit: str, *, monotonic: bool) -> str:
+    """Translate an OTel metric name the way the collector and Prometheus exporters do."""
+    base = re.sub(r"[^a-zA-Z0-9_:]", "_", name)
+    suffix = _UNIT_SUFFIXES.get(unit, "")
+    if suffix and not base.endswith(suffix):
+        base = f"{base}_{suffix}"
+    return base + "_total" if monotonic else base
+
+
+def prometheus_label(key: str) -> str:
+    """Translate an attribute key into its Prometheus label name."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def catalog_as_dict() -> dict[str, Any]:
+    """The whole catalog as plain data (``kaos-otel catalog --json``)."""
+    return {
+        "units": {"duration": "s"},
+        "label_value_cap": LABEL_VALUE_CAP,
+        "overflow_value": OVERFLOW_VALUE,
+        "spans": [asdict(spec) for spec in SPANS],
+        "attributes": [asdict(spec) for spec in ATTRIBUTES],
+        "metrics": [
+            {
+                "name": spec.name,
+                "instrument": spec.instrument,
+                "unit": spec.unit,
+                "description": spec.description,
+                "attributes": list(spec.attributes),
+                "buckets": list(spec.buckets) if spec.buckets is not None else None,
+                "max_label_sets": spec.max_label_sets,
+                "prometheus": spec.prometheus,
+                "prometheus_labels": [prometheus_label(key) for key in spec.attributes],
+                "signoz": spec.signoz,
+            }
+            for spec in METRICS
+        ],
+        "log_events": [asdict(spec) for spec in LOG_EVENTS],
+        "memory_operations": list(MEMORY_OPERATIONS),
+        "outcomes": [outcome.value for outcome in Outcome],
+    }

@@ -1,0 +1,40 @@
+"""Keep the current span across threads and executors, without patching anything process-wide.
+
+``asyncio.create_task`` and ``asyncio.to_thread`` already copy the current context; a thread
+pool's ``submit`` and ``loop.run_in_executor`` do not. These helpers do, for the one call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def submit_in_context(executor: Executor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+    """``executor.submit`` that runs ``fn`` in a copy of the caller's context (spans, baggage)."""
+    context = contextvars.copy_context()
+    return executor.submit(context.run, fn, *args, **kwargs)  # type: ignore[arg-type]
+
+
+def run_in_executor_in_context(
+    executor: Executor | None, fn: Callable[..., T], *args: object
+) -> asyncio.Future[T]:
+    """``loop.run_in_executor`` that runs ``fn`` in a copy of the caller's context."""
+    context = contextvars.copy_context()
+    return asyncio.get_running_loop().run_in_executor(executor, context.run, fn, *args)
+
+
+def wrap_in_context(fn: Callable[P, T]) -> Callable[P, T]:
+    """Bind ``fn`` to a copy of the current context, to hand to a thread or callback API."""
+    context = contextvars.copy_context()
+
+    def bound(*args: P.args, **kwargs: P.kwargs) -> T:
+        return context.run(fn, *args, **kwargs)
+
+    return bound

@@ -1,0 +1,47 @@
+"""Telemetry health: counts of telemetry the pipeline dropped or failed to export."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from typing import Literal
+
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from kaos_otel import catalog
+
+Signal = Literal["traces", "metrics", "logs"]
+DropReason = Literal["queue_full", "export_failed", "shutdown"]
+
+
+class TelemetryHealth:
+    """Thread-safe loss counters, reported as the ``kaos.telemetry.dropped`` metric."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str]] = Counter()
+
+    def record_drop(self, signal: Signal, reason: DropReason, count: int = 1) -> None:
+        """Count ``count`` items of ``signal`` lost for ``reason``."""
+        if count <= 0:
+            return
+        with self._lock:
+            self._counts[(signal, reason)] += count
+
+    def dropped(self, signal: Signal | None = None) -> int:
+        """Items lost so far, for one signal or all."""
+        with self._lock:
+            return sum(n for (sig, _), n in self._counts.items() if signal is None or sig == signal)
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        """Every (signal, reason) count."""
+        with self._lock:
+            return dict(self._counts)
+
+    def observe(self, _options: CallbackOptions) -> Iterable[Observation]:
+        """Observable-counter callback."""
+        return [
+            Observation(count, {catalog.KAOS_TELEMETRY_SIGNAL: signal, catalog.KAOS_TELEMETRY_REASON: reason})
+            for (signal, reason), count in self.snapshot().items()
+        ]

@@ -1,0 +1,215 @@
+"""Export-path wrappers: clean every exported string, and count what is lost.
+
+They sit between the SDK's batch processors and the real exporters, so their work runs on the
+export thread, never on the request's thread, and they never raise into the SDK.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Link, Status
+
+from kaos_otel._content import ContentPolicy
+from kaos_otel._internal_log import internal_error
+from kaos_otel.exporters.health import TelemetryHealth
+
+_log = logging.getLogger(__name__)
+
+
+class SanitizingSpanExporter(SpanExporter):
+    """Redacts and caps every span attribute, event attribute and status message, then exports."""
+
+    def __init__(self, inner: SpanExporter, policy: ContentPolicy, health: TelemetryHealth) -> None:
+        self._inner = inner
+        self._policy = policy
+        self._health = health
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Export cleaned copies; a failure is counted, never raised."""
+        try:
+            result = self._inner.export([self._clean(span) for span in spans])
+        except Exception as exc:
+            internal_error("span export", exc)
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            self._health.record_drop("traces", "export_failed", len(spans))
+        return result
+
+    def _clean(self, span: ReadableSpan) -> ReadableSpan:
+        policy = self._policy
+        status = span.status
+        if status.description:
+            status = Status(status.status_code, policy.clean_text(status.description))
+        return ReadableSpan(
+            name=span.name,
+            context=span.context,
+            parent=span.parent,
+            resource=span.resource,
+            attributes=policy.clean_attributes(span.attributes),
+            events=[
+                Event(event.name, policy.clean_attributes(event.attributes), event.timestamp)
+                for event in span.events
+            ],
+            links=[Link(link.context, policy.clean_attributes(link.attributes)) for link in span.links],
+            kind=span.kind,
+            status=status,
+            start_time=span.start_time,
+            end_time=span.end_time,
+            instrumentation_scope=span.instrumentation_scope,
+        )
+
+    def shutdown(self) -> None:
+        """Shut the wrapped exporter down."""
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush the wrapped exporter."""
+        return self._inner.force_flush(timeout_millis)
+
+
+class CountingLogExporter(LogRecordExporter):
+    """Exports log records and counts the ones that fail."""
+
+    def __init__(self, inner: LogRecordExporter, health: TelemetryHealth) -> None:
+        self._inner = inner
+        self._health = health
+
+    def export(self, batch: Sequence[ReadWriteLogRecord]) -> LogRecordExportResult:  # type: ignore[override]
+        """Export; a failure is counted, never raised."""
+        try:
+            result = self._inner.export(batch)  # type: ignore[arg-type]
+        except Exception as exc:
+            internal_error("log export", exc)
+            result = LogRecordExportResult.FAILURE
+        if result is not LogRecordExportResult.SUCCESS:
+            self._health.record_drop("logs", "export_failed", len(batch))
+        return result
+
+    def shutdown(self) -> None:
+        """Shut the wrapped exporter down."""
+        self._inner.shutdown()  # type: ignore[no-untyped-call]
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush the wrapped exporter."""
+        return self._inner.force_flush(timeout_millis)
+
+
+class CountingMetricExporter(MetricExporter):
+    """Exports metrics and counts the data points that fail."""
+
+    def __init__(self, inner: MetricExporter, health: TelemetryHealth) -> None:
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality,
+            preferred_aggregation=inner._preferred_aggregation,
+        )
+        self._inner = inner
+        self._health = health
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object
+    ) -> MetricExportResult:
+        """Export; a failure is counted, never raised."""
+        try:
+            result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
+        except Exception as exc:
+            internal_error("metric export", exc)
+            result = MetricExportResult.FAILURE
+        if result is not MetricExportResult.SUCCESS:
+            self._health.record_drop("metrics", "export_failed", _count_points(metrics_data))
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Flush the wrapped exporter."""
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        """Shut the wrapped exporter down."""
+        self._inner.shutdown(timeout_millis=timeout_millis)
+
+
+def _count_points(metrics_data: MetricsData) -> int:
+    return sum(
+        len(metric.data.data_points)
+        for resource_metrics in metrics_data.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        for metric in scope_metrics.metrics
+    )
+
+
+def _queue_is_full(processor: BatchSpanProcessor | BatchLogRecordProcessor) -> bool:
+    """Whether the SDK's batch queue is at capacity (the next item pushes one out)."""
+    batch = getattr(processor, "_batch_processor", None)
+    queue = getattr(batch, "_queue", None)
+    return queue is not None and len(queue) >= queue.maxlen
+
+
+class CountingBatchSpanProcessor(BatchSpanProcessor):
+    """The SDK batch processor, counting spans lost to a full queue or a closed pipeline."""
+
+    def __init__(self, exporter: SpanExporter, health: TelemetryHealth, **kwargs: int) -> None:
+        super().__init__(exporter, **kwargs)  # type: ignore[arg-type]
+        self._health = health
+        self._closed = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Queue the span; count it when it pushes another out or arrives after shutdown."""
+        if self._closed:
+            self._health.record_drop("traces", "shutdown")
+            return
+        if span.context is not None and span.context.trace_flags.sampled and _queue_is_full(self):
+            self._health.record_drop("traces", "queue_full")
+        super().on_end(span)
+
+    def on_start(self, span: Span, parent_context: object = None) -> None:
+        """Nothing to do when a span starts."""
+
+    def shutdown(self) -> None:
+        """Stop accepting spans, then shut the SDK processor down."""
+        self._closed = True
+        super().shutdown()  # type: ignore[no-untyped-call]
+
+
+class CountingLogRecordProcessor(LogRecordProcessor):
+    """Cleans each log record (content policy) and queues it, counting what a full queue drops."""
+
+    def __init__(
+        self, batch: BatchLogRecordProcessor, policy: ContentPolicy, health: TelemetryHealth
+    ) -> None:
+        self._batch = batch
+        self._policy = policy
+        self._health = health
+        self._closed = False
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        """Redact and cap the body and attributes, then queue the record."""
+        if self._closed:
+            self._health.record_drop("logs", "shutdown")
+            return
+        try:
+            record = log_record.log_record
+            if isinstance(record.body, str):
+                record.body = self._policy.clean_text(record.body)
+            if record.attributes:
+                cleaned = self._policy.clean_attributes(record.attributes)
+                record.attributes = cleaned  # type: ignore[misc]
+            if _queue_is_full(self._batch):
+                self._health.record_drop("logs", "queue_full")
+        except Exception as exc:
+            internal_error("log record cleaning", exc)
+        self._batch.on_emit(log_record)
+
+    def shutdown(self) -> None:
+        """Stop accepting records, then shut the batch processor down."""
+        self._closed = True
+        self._batch.shutdown()  # type: ignore[no-untyped-call]
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush the batch processor."""
+        return self._batch.force_flush(timeout_millis)

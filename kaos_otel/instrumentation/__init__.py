@@ -1,0 +1,1 @@
+"""Integrations, one module per library: ASGI servers, httpx clients, Mem0."""

@@ -1,0 +1,106 @@
+"""ASGI (FastAPI, Starlette) server spans that continue the caller's trace under a trust policy.
+
+The SERVER span is current while the application runs, so the agent's ``invoke_agent`` span is
+its child, and it stays open until the last chunk of a streaming response has been sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+from opentelemetry.trace import SpanKind
+
+from kaos_otel import catalog
+from kaos_otel._config import TrustPolicy
+from kaos_otel._internal_log import internal_error
+from kaos_otel._telemetry import AgentTelemetry
+from kaos_otel.catalog import Outcome
+from kaos_otel.propagation import extract_incoming
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class TraceContextMiddleware:
+    """ASGI middleware creating one SERVER span per HTTP request.
+
+    ``app.add_middleware(TraceContextMiddleware, otel=otel, trust=TrustPolicy.TRUSTED)``.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        otel: AgentTelemetry,
+        trust: TrustPolicy | str | None = None,
+        baggage_allowlist: Iterable[str] | None = None,
+        excluded_paths: Iterable[str] = ("/health", "/ready"),
+    ) -> None:
+        self.app = app
+        self._otel = otel
+        settings = getattr(otel, "settings", None)
+        default_trust = settings.trust if settings is not None else TrustPolicy.TRUSTED
+        self._trust = TrustPolicy(trust) if trust is not None else default_trust
+        default_allowlist = settings.baggage_allowlist if settings is not None else frozenset()
+        self._baggage_allowlist = (
+            frozenset(baggage_allowlist) if baggage_allowlist is not None else default_allowlist
+        )
+        self._excluded = frozenset(excluded_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in self._excluded or not self._otel.enabled:
+            await self.app(scope, receive, send)
+            return
+        handle = self._begin(scope)
+        status_code = 0
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status_code
+            if message["type"] == "http.response.start":
+                status_code = int(message["status"])
+                handle.set_attribute("http.response.status_code", status_code)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        except BaseException as exc:
+            handle.failure(exc)
+            raise
+        try:
+            route = scope.get("route")
+            route_path = getattr(route, "path", None)
+            if isinstance(route_path, str):
+                handle.span.update_name(f"{scope['method']} {route_path}")
+                handle.set_attribute("http.route", route_path)
+            if status_code >= 500:
+                handle.set_outcome(Outcome.ERROR, error_type=str(status_code))
+        except Exception as exc:
+            internal_error("naming a server span", exc)
+        handle.success()
+
+    def _begin(self, scope: Scope) -> Any:
+        headers = {
+            key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers") or ()
+        }
+        incoming = extract_incoming(headers, trust=self._trust, baggage_allowlist=self._baggage_allowlist)
+        server = scope.get("server") or (None, None)
+        method = scope.get("method", "GET")
+        return self._otel.span_begin(
+            method,
+            SpanKind.SERVER,
+            {
+                "http.request.method": method,
+                "url.path": scope.get("path"),
+                "url.scheme": scope.get("scheme"),
+                catalog.SERVER_ADDRESS: server[0],
+                catalog.SERVER_PORT: server[1],
+                "user_agent.original": headers.get("user-agent"),
+                catalog.KAOS_TRACE_TRUST: incoming.trust.value,
+            },
+            links=incoming.links,
+            parent=incoming.parent,
+        )
