@@ -198,7 +198,7 @@ class CountingLogRecordProcessor(LogRecordProcessor):
                 record.body = self._policy.clean_text(record.body)
             if record.attributes:
                 cleaned = self._policy.clean_attributes(record.attributes)
-                record.attributes = cleaned  # type: ignore[misc]
+                record.attributes = cleaned
             if _queue_is_full(self._batch):
                 self._health.record_drop("logs", "queue_full")
         except Exception as exc:
