@@ -12,6 +12,7 @@ from kaos_otel._spans import SpanHandle
 from kaos_otel._telemetry import AgentRun, AgentTelemetry, MemoryOperation, ModelCall
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome
 from kaos_otel.context import run_in_executor_in_context, submit_in_context, wrap_in_context
+from kaos_otel.distro import configure
 
 __all__ = [
     "AgentRun",
@@ -28,6 +29,7 @@ __all__ = [
     "SpanHandle",
     "TelemetrySettings",
     "TrustPolicy",
+    "configure",
     "default_redactor",
     "run_in_executor_in_context",
     "submit_in_context",
