@@ -76,6 +76,9 @@ SERVER_ADDRESS = "server.address"
 SERVER_PORT = "server.port"
 SESSION_ID = "session.id"
 USER_ID = "user.id"
+DB_SYSTEM_NAME = "db.system.name"
+DB_OPERATION_NAME = "db.operation.name"
+DB_COLLECTION_NAME = "db.collection.name"
 # kaos.* (no convention exists)
 KAOS_OUTCOME = "kaos.outcome"
 KAOS_AGENT_STEP = "kaos.agent.step"
@@ -88,6 +91,7 @@ KAOS_MEMORY_TIER = "kaos.memory.tier"
 KAOS_MEMORY_OPERATION = "kaos.memory.operation"
 KAOS_MEMORY_SCOPE = "kaos.memory.scope"
 KAOS_MEMORY_PROVIDER = "kaos.memory.provider"
+KAOS_MEMORY_INFER = "kaos.memory.infer"
 KAOS_TELEMETRY_SIGNAL = "kaos.telemetry.signal"
 KAOS_TELEMETRY_REASON = "kaos.telemetry.reason"
 KAOS_TRACE_TRUST = "kaos.trace.trust"
@@ -150,6 +154,9 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(SERVER_PORT, "Server port", "otel"),
     AttributeSpec(SESSION_ID, "Session id", "otel"),
     AttributeSpec(USER_ID, "Verified user id (from the gateway header)", "otel"),
+    AttributeSpec(DB_SYSTEM_NAME, "Vector store engine, e.g. qdrant (Mem0 child spans)", "otel"),
+    AttributeSpec(DB_OPERATION_NAME, "Vector store operation, e.g. search (Mem0 child spans)", "otel"),
+    AttributeSpec(DB_COLLECTION_NAME, "Vector store collection (Mem0 child spans)", "otel"),
     AttributeSpec(KAOS_OUTCOME, "success | error | max_steps | canceled | degraded", "kaos"),
     AttributeSpec(KAOS_AGENT_STEP, "Loop step number (1-based)", "kaos"),
     AttributeSpec(KAOS_AGENT_MAX_STEPS, "Step budget of the run", "kaos"),
@@ -161,6 +168,7 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(KAOS_MEMORY_OPERATION, "Memory operation name (search_memory...)", "kaos"),
     AttributeSpec(KAOS_MEMORY_SCOPE, "session | agent | user | store", "kaos"),
     AttributeSpec(KAOS_MEMORY_PROVIDER, "Memory engine, e.g. mem0", "kaos"),
+    AttributeSpec(KAOS_MEMORY_INFER, "Memories extracted by an LLM (Mem0 infer)", "kaos"),
     AttributeSpec(KAOS_TELEMETRY_SIGNAL, "traces | metrics | logs", "kaos"),
     AttributeSpec(KAOS_TELEMETRY_REASON, "queue_full | export_failed | shutdown", "kaos"),
     AttributeSpec(KAOS_TRACE_TRUST, "trusted | link | ignore: how incoming context was used", "kaos"),
@@ -184,6 +192,8 @@ SPAN_CHAT = "chat {gen_ai.request.model}"
 SPAN_EXECUTE_TOOL = "execute_tool {gen_ai.tool.name}"
 SPAN_DELEGATION = "invoke_agent {kaos.delegation.target}"
 SPAN_MEMORY = "{gen_ai.operation.name}"
+SPAN_EMBEDDINGS = "embeddings {gen_ai.request.model}"
+SPAN_VECTOR_STORE = "{db.operation.name} {db.collection.name}"
 
 MEMORY_OPERATIONS: tuple[str, ...] = (
     "create_memory_store",
@@ -208,6 +218,8 @@ SPANS: tuple[SpanSpec, ...] = (
     ),
     SpanSpec(SPAN_DELEGATION, "CLIENT", "invoke_agent", "Delegation to a remote sub-agent"),
     SpanSpec(SPAN_MEMORY, "CLIENT", "<memory operation>", "One memory operation (gen_ai.memory.client)"),
+    SpanSpec(SPAN_EMBEDDINGS, "CLIENT", "embeddings", "Embedding inside a memory operation (opt-in)"),
+    SpanSpec(SPAN_VECTOR_STORE, "CLIENT", "<vector store op>", "Vector store call in a memory op (opt-in)"),
     SpanSpec(
         "{http.request.method} {http.route}", "SERVER", "http", "Incoming HTTP request (ASGI middleware)"
     ),
