@@ -20,7 +20,14 @@ from opentelemetry.sdk.metrics.export import (
     MetricReader,
     PeriodicExportingMetricReader,
 )
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import (
+    SERVICE_NAME,
+    TELEMETRY_SDK_LANGUAGE,
+    TELEMETRY_SDK_NAME,
+    TELEMETRY_SDK_VERSION,
+    Resource,
+    ServiceInstanceIdResourceDetector,
+)
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 from opentelemetry.sdk.trace.sampling import (
@@ -30,6 +37,7 @@ from opentelemetry.sdk.trace.sampling import (
     Sampler,
     TraceIdRatioBased,
 )
+from opentelemetry.sdk.version import __version__ as sdk_version
 
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy, Redactor, default_redactor
@@ -69,6 +77,26 @@ def build_sampler(name: str, arg: str | None) -> Sampler:
         "parentbased_traceidratio": lambda: ParentBased(TraceIdRatioBased(ratio)),
     }
     return samplers.get(name.strip().lower(), samplers["parentbased_always_on"])()
+
+
+def build_resource(settings: TelemetrySettings, *, from_process_env: bool = True) -> Resource:
+    """The resource of ``settings``; SDK resource detectors run only when reading ``os.environ``.
+
+    ``Resource.create`` merges ``OTEL_RESOURCE_ATTRIBUTES`` (and any detectors named in
+    ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS``) from the process environment, which must not leak in
+    when the settings came from an explicit ``environ`` mapping.
+    """
+    attributes = {**settings.resource_attributes, SERVICE_NAME: settings.service_name}
+    if from_process_env:
+        return Resource.create(attributes)
+    sdk = Resource(
+        {
+            TELEMETRY_SDK_LANGUAGE: "python",
+            TELEMETRY_SDK_NAME: "opentelemetry",
+            TELEMETRY_SDK_VERSION: sdk_version,
+        }
+    )
+    return sdk.merge(ServiceInstanceIdResourceDetector().detect()).merge(Resource(attributes))
 
 
 def run_with_deadline(action: Callable[[], object], timeout_s: float, what: str) -> bool:
@@ -150,7 +178,7 @@ class KaosOtelManager(AgentTelemetry):
                 "no-endpoint",
                 "kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); telemetry is not exported",
             )
-        resource = Resource.create({**settings.resource_attributes, SERVICE_NAME: settings.service_name})
+        resource = build_resource(settings, from_process_env=environ is None)
         self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
         self.meter_provider = self._meter_provider(resource, global_providers)
         self.logger_provider = self._logger_provider(resource, policy, global_providers)
