@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
@@ -191,6 +192,10 @@ class CountingLogRecordProcessor(LogRecordProcessor):
         """Redact and cap the body and attributes, then queue the record."""
         if self._closed:
             self._health.record_drop("logs", "shutdown")
+            return
+        if not is_instrumentation_enabled():
+            # Emitted from inside an export (urllib3 logging the exporter's own request, say):
+            # exporting it would feed the pipeline from itself, endlessly at DEBUG level.
             return
         try:
             record = log_record.log_record
