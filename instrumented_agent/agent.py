@@ -1,0 +1,254 @@
+"""The agentic loop: model -> MCP tool calls and delegations -> final answer, within budgets.
+
+Every hop is a kaos_otel span: ``invoke_agent`` for the run, ``agent_step`` per iteration,
+``chat {model}`` per model call, ``execute_tool {tool}`` per tool call (with the ``mcp`` SDK's
+client span inside) and a CLIENT ``invoke_agent {target}`` per delegation. A failure is raised,
+never swallowed: it fails its span with the exception, is logged inside that span, fails the run
+(error outcome in the metrics) and becomes an HTTP error in the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from instrumented_agent.config import DELEGATE_TOOL, USER_ID_HEADER, AgentConfig
+from instrumented_agent.errors import (
+    BudgetExceededError,
+    DelegationError,
+    UnknownAgentError,
+    UnknownToolError,
+)
+from instrumented_agent.mcp_client import McpToolbox
+from instrumented_agent.model_client import DeltaSink, ModelClient
+from instrumented_agent.openai_api import ChatMessage, Completion, ToolCall, Usage, function_tool
+from kaos_otel import AgentRun, KaosOtelManager, Outcome
+
+__all__ = ["Agent", "Identity", "RunResult"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a run acts for: the gateway-verified user, or the agent itself for self-initiated runs."""
+
+    user_id: str | None
+    self_initiated: bool = False
+
+    @classmethod
+    def of_agent(cls, agent_name: str) -> Identity:
+        """The identity of a run the agent starts on its own."""
+        return cls(user_id=f"agent:{agent_name}", self_initiated=True)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The final answer of a run and how it ended."""
+
+    content: str
+    finish_reason: str
+    outcome: Outcome
+    steps: int
+    usage: Usage
+
+
+@contextmanager
+def _logged(what: str) -> Iterator[None]:
+    """Log a failure (with its stack) inside the span it happens in, then re-raise it."""
+    try:
+        yield
+    except Exception:
+        _log.exception("%s failed", what)
+        raise
+
+
+class Agent:
+    """One agent: its configuration, model, MCP toolbox and sub-agents."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        otel: KaosOtelManager,
+        model: ModelClient,
+        toolbox: McpToolbox,
+        http_client: httpx.AsyncClient,
+    ) -> None:
+        self.config = config
+        self._otel = otel
+        self._model = model
+        self._toolbox = toolbox
+        self._http = http_client
+
+    @property
+    def name(self) -> str:
+        """The agent's name."""
+        return self.config.name
+
+    def tool_definitions(self) -> list[dict[str, Any]]:
+        """The tools offered to the model: MCP tools, plus delegation if there are sub-agents."""
+        tools = [
+            function_tool(tool.name, tool.description, tool.input_schema)
+            for tool in self._toolbox.tools().values()
+        ]
+        if self.config.sub_agents:
+            names = ", ".join(sorted(self.config.sub_agents))
+            tools.append(
+                function_tool(
+                    DELEGATE_TOOL,
+                    f"Delegate a task to a sub-agent ({names}) and get its answer.",
+                    {
+                        "type": "object",
+                        "properties": {"agent": {"type": "string"}, "task": {"type": "string"}},
+                        "required": ["agent", "task"],
+                    },
+                )
+            )
+        return tools
+
+    async def run(
+        self,
+        messages: Sequence[ChatMessage],
+        identity: Identity,
+        *,
+        conversation_id: str | None = None,
+        on_delta: DeltaSink | None = None,
+    ) -> RunResult:
+        """Run the loop for ``messages`` on behalf of ``identity``; raises :class:`AgentError` on failure."""
+        config = self.config
+        self._otel.register_known_names(
+            self.name, tools=self._toolbox.tools(), models=[config.model_name], targets=config.sub_agents
+        )
+        run = self._otel.invoke_agent(
+            self.name, conversation_id=conversation_id, user_id=identity.user_id, max_steps=config.max_steps
+        )
+        with run:
+            _log.info("run started (%d messages, self-initiated=%s)", len(messages), identity.self_initiated)
+            try:
+                async with asyncio.timeout(config.max_runtime_s):
+                    result = await self._loop(run, messages, identity, on_delta)
+            except TimeoutError as exc:
+                _log.error("run stopped: runtime budget of %g s used up", config.max_runtime_s)
+                raise BudgetExceededError(f"runtime budget of {config.max_runtime_s:g} s used up") from exc
+            if result.outcome is not Outcome.SUCCESS:
+                run.set_outcome(result.outcome)
+                _log.warning("run ended without a final answer: %s", result.content)
+            _log.info("run finished after %d steps", result.steps)
+            return result
+
+    async def _loop(
+        self, run: AgentRun, messages: Sequence[ChatMessage], identity: Identity, on_delta: DeltaSink | None
+    ) -> RunResult:
+        config = self.config
+        conversation = [ChatMessage(role="system", content=config.instructions), *messages]
+        usage = Usage()
+        tool_calls = 0
+        for step in range(1, config.max_steps + 1):
+            with self._otel.agent_step(run, step):
+                completion = await self._call_model(conversation, on_delta)
+                usage = _add_usage(usage, completion.usage)
+                conversation.append(completion.message)
+                if not completion.message.tool_calls:
+                    return RunResult(completion.message.text(), "stop", Outcome.SUCCESS, step, usage)
+                for call in completion.message.tool_calls:
+                    if tool_calls >= config.max_tool_calls:
+                        text = f"Stopped: tool-call budget of {config.max_tool_calls} used up."
+                        return _budget_result(text, step, usage, on_delta)
+                    tool_calls += 1
+                    result = await self._execute(call, identity)
+                    conversation.append(ChatMessage(role="tool", tool_call_id=call.id, content=result))
+        text = f"Stopped: step budget of {config.max_steps} used up without a final answer."
+        return _budget_result(text, config.max_steps, usage, on_delta)
+
+    async def _call_model(self, conversation: list[ChatMessage], on_delta: DeltaSink | None) -> Completion:
+        model = self.config.model_name
+        call = self._otel.model_call(
+            self.name,
+            model,
+            provider=self.config.model_provider,
+            server_address=self._model.server_address,
+            server_port=self._model.server_port,
+        )
+        with call:
+            with _logged("model call"):
+                completion = await self._model.complete(
+                    model, conversation, self.tool_definitions(), on_delta
+                )
+            call.record_usage(
+                completion.usage.prompt_tokens,
+                completion.usage.completion_tokens,
+                response_model=completion.model,
+                finish_reasons=[completion.finish_reason],
+            )
+            if self._otel.content_policy.capture_on_spans:
+                call.record_messages(
+                    [m.model_dump(exclude_none=True) for m in conversation],
+                    [completion.message.model_dump(exclude_none=True)],
+                )
+            return completion
+
+    async def _execute(self, call: ToolCall, identity: Identity) -> str:
+        """Run one tool call: a delegation or an MCP tool."""
+        name = call.function.name
+        arguments = call.arguments_or_empty()
+        if name == DELEGATE_TOOL:
+            return await self._delegate(
+                str(arguments.get("agent", "")), str(arguments.get("task", "")), identity
+            )
+        with (
+            self._otel.tool_call(self.name, name, call_id=call.id, arguments=call.function.arguments),
+            _logged(f"tool call {name!r}"),
+        ):
+            if name not in self._toolbox.tools():
+                raise UnknownToolError(f"unknown tool {name!r}")
+            _log.info("calling tool %s", name)
+            return await self._toolbox.call(name, arguments)
+
+    async def _delegate(self, target: str, task: str, identity: Identity) -> str:
+        """Ask sub-agent ``target`` to do ``task``; its answer is the result."""
+        with self._otel.delegation(self.name, target), _logged(f"delegation to {target!r}"):
+            url = self.config.sub_agents.get(target)
+            if url is None:
+                known = ", ".join(sorted(self.config.sub_agents)) or "none"
+                raise UnknownAgentError(f"unknown agent {target!r} (sub-agents: {known})")
+            _log.info("delegating to %s", target)
+            headers = {USER_ID_HEADER: identity.user_id} if identity.user_id else {}
+            body = {"model": target, "messages": [{"role": "user", "content": task}]}
+            try:
+                response = await self._http.post(
+                    f"{url.rstrip('/')}/v1/chat/completions", json=body, headers=headers
+                )
+            except httpx.HTTPError as exc:
+                raise DelegationError(f"{target} unreachable: {type(exc).__name__}") from exc
+            try:
+                payload = response.json()
+                if response.status_code != 200:
+                    raise DelegationError(
+                        f"{target} answered HTTP {response.status_code}: {payload['error']['message']}"
+                    )
+                return str(payload["choices"][0]["message"]["content"] or "")
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise DelegationError(
+                    f"{target} answered HTTP {response.status_code} with a malformed body"
+                ) from exc
+
+
+def _budget_result(text: str, steps: int, usage: Usage, on_delta: DeltaSink | None) -> RunResult:
+    """The result of a run stopped by its step or tool-call budget (streamed like an answer)."""
+    if on_delta is not None:
+        on_delta(text)
+    return RunResult(text, "length", Outcome.MAX_STEPS, steps, usage)
+
+
+def _add_usage(total: Usage, more: Usage) -> Usage:
+    return Usage(
+        prompt_tokens=total.prompt_tokens + more.prompt_tokens,
+        completion_tokens=total.completion_tokens + more.completion_tokens,
+        total_tokens=total.total_tokens + more.total_tokens,
+    )

@@ -1,0 +1,143 @@
+"""The ``kaos-agent`` command line: ``serve {agent,model,mcp}`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from instrumented_agent.config import ConfigError, add_agent_arguments, agent_config_from_args
+
+__all__ = ["main"]
+
+ENV_MODEL_LATENCY_MS = "KAOS_MODEL_LATENCY_MS"
+_QUIET_LOGGERS = ("httpx", "httpx2", "mcp", "uvicorn.error")
+
+
+def _configure_logging() -> None:
+    """INFO logs to stderr with trace and span ids (the manager also exports them over OTLP)."""
+    from kaos_otel._logs import console_handler
+
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.addHandler(console_handler())
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _serve_agent(args: argparse.Namespace) -> int:
+    from instrumented_agent.server import create_agent_app
+    from instrumented_agent.serving import serve
+    from kaos_otel import KaosOtelManager
+
+    try:
+        config = agent_config_from_args(args)
+    except ConfigError as exc:
+        print(f"kaos-agent serve agent: error: {exc}", file=sys.stderr)
+        return 2
+    otel = KaosOtelManager(service_name=config.name)
+    _configure_logging()
+    try:
+        serve(create_agent_app(config, otel), args.host, args.port, args.fd)
+    finally:
+        otel.shutdown()
+    return 0
+
+
+def _serve_model(args: argparse.Namespace) -> int:
+    from instrumented_agent.model_server import create_model_app
+    from instrumented_agent.serving import serve
+
+    logging.basicConfig(level=logging.INFO)
+    serve(create_model_app(latency_s=args.latency_ms / 1000), args.host, args.port, args.fd)
+    return 0
+
+
+def _serve_mcp(args: argparse.Namespace) -> int:
+    from instrumented_agent.mcp_servers import create_mcp_app
+    from instrumented_agent.serving import serve
+    from kaos_otel import KaosOtelManager
+
+    otel = KaosOtelManager(service_name=f"mcp-{args.server}")
+    _configure_logging()
+    try:
+        serve(create_mcp_app(args.server), args.host, args.port, args.fd)
+    finally:
+        otel.shutdown()
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from instrumented_agent.demo import SCENARIOS, run_demo
+
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    return run_demo(
+        names,
+        json_mode=args.json,
+        workdir=args.workdir,
+        startup_timeout_s=args.startup_timeout,
+        model_latency_ms=args.latency_ms,
+    )
+
+
+def _add_listen_arguments(parser: argparse.ArgumentParser, port: int) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=port, help=f"port to bind (default {port})")
+    parser.add_argument("--fd", type=int, help="serve on this inherited listening socket instead")
+
+
+def _latency_default() -> float:
+    try:
+        return float(os.environ.get(ENV_MODEL_LATENCY_MS, "0"))
+    except ValueError:
+        return 0.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kaos-agent", description="The kaos-otel reference multi-agent system."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run one service in the foreground, as a container would")
+    kinds = serve.add_subparsers(dest="kind", required=True)
+    agent = kinds.add_parser("agent", help="an agent (OpenAI-compatible API)")
+    add_agent_arguments(agent)
+    _add_listen_arguments(agent, 8000)
+    agent.set_defaults(handler=_serve_agent)
+    model = kinds.add_parser("model", help="the scripted OpenAI-compatible model")
+    model.add_argument(
+        "--latency-ms",
+        type=float,
+        default=_latency_default(),
+        help=f"delay per reply (env {ENV_MODEL_LATENCY_MS})",
+    )
+    _add_listen_arguments(model, 8100)
+    model.set_defaults(handler=_serve_model)
+    mcp = kinds.add_parser("mcp", help="an MCP server over streamable HTTP (path /mcp)")
+    mcp.add_argument("server", choices=["calculator", "echo"])
+    _add_listen_arguments(mcp, 8200)
+    mcp.set_defaults(handler=_serve_mcp)
+
+    demo = commands.add_parser("demo", help="run the multi-agent demo locally and print its traces")
+    demo.add_argument("--scenario", choices=["research", "failure", "all"], default="all")
+    demo.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
+    demo.add_argument("--workdir", type=Path, help="where logs and telemetry go (default .kaos/demo/<time>)")
+    demo.add_argument("--startup-timeout", type=float, default=40.0, help="seconds to wait for all services")
+    demo.add_argument("--latency-ms", type=float, default=0.0, help="scripted model delay per reply")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``kaos-agent``."""
+    args = _parser().parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

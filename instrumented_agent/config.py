@@ -1,0 +1,189 @@
+"""Agent configuration from command-line flags and environment variables (flags win).
+
+Every setting and the environment variable it reads is defined here, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+__all__ = [
+    "DELEGATE_TOOL",
+    "ENV_AUTONOMOUS_GOAL",
+    "ENV_AUTONOMOUS_INTERVAL_S",
+    "ENV_INSTRUCTIONS",
+    "ENV_MAX_RUNTIME_S",
+    "ENV_MAX_STEPS",
+    "ENV_MAX_TOOL_CALLS",
+    "ENV_MCP_SERVERS",
+    "ENV_MODEL_API_KEY",
+    "ENV_MODEL_BASE_URL",
+    "ENV_MODEL_NAME",
+    "ENV_MODEL_PROVIDER",
+    "ENV_NAME",
+    "ENV_SUB_AGENTS",
+    "USER_ID_HEADER",
+    "AgentConfig",
+    "ConfigError",
+    "add_agent_arguments",
+    "agent_config_from_args",
+    "parse_sub_agents",
+]
+
+ENV_NAME = "KAOS_AGENT_NAME"
+ENV_INSTRUCTIONS = "KAOS_AGENT_INSTRUCTIONS"
+ENV_MODEL_BASE_URL = "KAOS_MODEL_BASE_URL"
+ENV_MODEL_API_KEY = "KAOS_MODEL_API_KEY"
+ENV_MODEL_NAME = "KAOS_MODEL_NAME"
+ENV_MODEL_PROVIDER = "KAOS_MODEL_PROVIDER"
+ENV_MCP_SERVERS = "KAOS_MCP_SERVERS"
+ENV_SUB_AGENTS = "KAOS_SUB_AGENTS"
+ENV_MAX_STEPS = "KAOS_AGENT_MAX_STEPS"
+ENV_MAX_TOOL_CALLS = "KAOS_AGENT_MAX_TOOL_CALLS"
+ENV_MAX_RUNTIME_S = "KAOS_AGENT_MAX_RUNTIME_S"
+ENV_AUTONOMOUS_GOAL = "KAOS_AGENT_AUTONOMOUS_GOAL"
+ENV_AUTONOMOUS_INTERVAL_S = "KAOS_AGENT_AUTONOMOUS_INTERVAL_S"
+
+DELEGATE_TOOL = "delegate_to_agent"
+"""The function agents with sub-agents offer the model: ``{"agent": name, "task": text}``."""
+
+USER_ID_HEADER = "x-kaos-user-id"
+"""Header a trusted gateway sets to the verified user id; the only source of user identity."""
+
+T = TypeVar("T")
+
+_DEFAULT_INSTRUCTIONS = "You are a helpful agent. Use your tools and sub-agents when they help."
+
+
+class ConfigError(ValueError):
+    """An agent setting is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything one agent process needs: identity, model, tools, sub-agents and budgets."""
+
+    name: str
+    model_base_url: str
+    model_name: str
+    instructions: str = _DEFAULT_INSTRUCTIONS
+    model_api_key: str | None = field(default=None, repr=False)
+    model_provider: str = "openai"
+    mcp_servers: tuple[str, ...] = ()
+    sub_agents: Mapping[str, str] = field(default_factory=dict)
+    max_steps: int = 8
+    max_tool_calls: int = 16
+    max_runtime_s: float = 60.0
+    autonomous_goal: str | None = None
+    autonomous_interval_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("agent name is required")
+        if not self.model_base_url:
+            raise ConfigError("model base URL is required")
+        if self.max_steps < 1 or self.max_tool_calls < 0 or self.max_runtime_s <= 0:
+            raise ConfigError("budgets must be positive (max_steps >= 1, max_tool_calls >= 0, runtime > 0)")
+        if self.autonomous_interval_s <= 0:
+            raise ConfigError("autonomous interval must be positive")
+        if self.name in self.sub_agents:
+            raise ConfigError(f"agent {self.name!r} cannot be its own sub-agent")
+
+
+_DEFAULTS = AgentConfig(name="defaults", model_base_url="unset", model_name="unset")
+
+
+def parse_sub_agents(value: str) -> dict[str, str]:
+    """Parse ``name=url,name=url`` into a mapping."""
+    agents: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, sep, url = item.partition("=")
+        if not sep or not name.strip() or not url.strip():
+            raise ConfigError(f"sub-agent must look like name=url, got {item!r}")
+        agents[name.strip()] = url.strip()
+    return agents
+
+
+def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the agent flags; each defaults to its environment variable."""
+    parser.add_argument("--name", help=f"agent name (env {ENV_NAME})")
+    parser.add_argument("--instructions", help=f"system instructions (env {ENV_INSTRUCTIONS})")
+    parser.add_argument(
+        "--model-url", help=f"OpenAI-compatible base URL, e.g. .../v1 (env {ENV_MODEL_BASE_URL})"
+    )
+    parser.add_argument("--model-api-key", help=f"model API key (env {ENV_MODEL_API_KEY})")
+    parser.add_argument("--model", help=f"model name (env {ENV_MODEL_NAME})")
+    parser.add_argument("--model-provider", help=f"gen_ai.provider.name (env {ENV_MODEL_PROVIDER})")
+    parser.add_argument(
+        "--mcp-server",
+        action="append",
+        default=None,
+        help=f"MCP streamable-HTTP URL, repeatable (env {ENV_MCP_SERVERS})",
+    )
+    parser.add_argument(
+        "--sub-agent", action="append", default=None, help=f"name=url, repeatable (env {ENV_SUB_AGENTS})"
+    )
+    parser.add_argument("--max-steps", type=int, help=f"iteration budget (env {ENV_MAX_STEPS})")
+    parser.add_argument("--max-tool-calls", type=int, help=f"tool-call budget (env {ENV_MAX_TOOL_CALLS})")
+    parser.add_argument(
+        "--max-runtime", type=float, help=f"runtime budget in seconds (env {ENV_MAX_RUNTIME_S})"
+    )
+    parser.add_argument(
+        "--autonomous-goal",
+        help=f"run this goal on a loop with the agent's own identity (env {ENV_AUTONOMOUS_GOAL})",
+    )
+    parser.add_argument(
+        "--autonomous-interval",
+        type=float,
+        help=f"seconds between autonomous runs (env {ENV_AUTONOMOUS_INTERVAL_S})",
+    )
+
+
+def _setting(
+    flag: T | None, environ: Mapping[str, str], env: str, parse: Callable[[str], T], default: T
+) -> T:
+    """The flag if given, else the parsed environment variable, else ``default``."""
+    if flag is not None:
+        return flag
+    raw = environ.get(env, "").strip()
+    if not raw:
+        return default
+    try:
+        return parse(raw)
+    except ValueError:
+        raise ConfigError(f"{env} is malformed: {raw!r}") from None
+
+
+def agent_config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> AgentConfig:
+    """Build an :class:`AgentConfig` from parsed flags, falling back to ``environ``."""
+    mcp = args.mcp_server if args.mcp_server is not None else environ.get(ENV_MCP_SERVERS, "").split(",")
+    sub_agents = ",".join(args.sub_agent) if args.sub_agent is not None else environ.get(ENV_SUB_AGENTS, "")
+    return AgentConfig(
+        name=_setting(args.name, environ, ENV_NAME, str, ""),
+        model_base_url=_setting(args.model_url, environ, ENV_MODEL_BASE_URL, str, ""),
+        model_name=_setting(args.model, environ, ENV_MODEL_NAME, str, "scripted"),
+        instructions=_setting(args.instructions, environ, ENV_INSTRUCTIONS, str, _DEFAULTS.instructions),
+        model_api_key=_setting(args.model_api_key, environ, ENV_MODEL_API_KEY, str, "") or None,
+        model_provider=_setting(
+            args.model_provider, environ, ENV_MODEL_PROVIDER, str, _DEFAULTS.model_provider
+        ),
+        mcp_servers=tuple(url.strip() for url in mcp if url.strip()),
+        sub_agents=parse_sub_agents(sub_agents),
+        max_steps=_setting(args.max_steps, environ, ENV_MAX_STEPS, int, _DEFAULTS.max_steps),
+        max_tool_calls=_setting(
+            args.max_tool_calls, environ, ENV_MAX_TOOL_CALLS, int, _DEFAULTS.max_tool_calls
+        ),
+        max_runtime_s=_setting(args.max_runtime, environ, ENV_MAX_RUNTIME_S, float, _DEFAULTS.max_runtime_s),
+        autonomous_goal=_setting(args.autonomous_goal, environ, ENV_AUTONOMOUS_GOAL, str, "") or None,
+        autonomous_interval_s=_setting(
+            args.autonomous_interval,
+            environ,
+            ENV_AUTONOMOUS_INTERVAL_S,
+            float,
+            _DEFAULTS.autonomous_interval_s,
+        ),
+    )

@@ -1,0 +1,261 @@
+"""``kaos-agent demo``: run the reference system locally and show its traces and metrics.
+
+Telemetry goes to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when it is set; otherwise to a receiver inside
+the demo that writes OTLP JSON lines to a file (``kaos-otel traces show FILE`` renders it later).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+import httpx
+
+from instrumented_agent.config import USER_ID_HEADER
+from instrumented_agent.server import TRACE_ID_HEADER
+from instrumented_agent.supervisor import StartupError, Supervisor
+from instrumented_agent.system import System, start_system
+from kaos_otel import catalog
+from kaos_otel._trace_tree import render_trace_trees
+from kaos_otel.receiver import OtlpReceiver, ReceivedMetricPoint, ReceivedSpan
+
+__all__ = ["SCENARIOS", "Scenario", "ScenarioResult", "request_counts", "run_demo", "run_scenario"]
+
+DEMO_USER = "demo-user"
+EXIT_OK, EXIT_SCENARIO_FAILED, EXIT_STARTUP_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 130
+_REQUEST_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A request to the coordinator and what a correct system answers."""
+
+    name: str
+    prompt: str
+    expected_status: int
+    expected_fragments: tuple[str, ...]
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "research": Scenario(
+        "research",
+        "Research the AI chip market and add the market shares of the top two vendors: 45 and 30.",
+        200,
+        ("echo: Research:", "The sum of 45 and 30 is 75."),
+    ),
+    "failure": Scenario(
+        "failure",
+        "We are testing exception tracking: delegate this task to the non-existent agent ghost.",
+        502,
+        ("unknown agent 'ghost'",),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """What the coordinator answered for one scenario."""
+
+    name: str
+    status_code: int
+    text: str
+    trace_id: str | None
+    duration_s: float
+    ok: bool
+
+
+def run_scenario(coordinator_url: str, scenario: Scenario) -> ScenarioResult:
+    """Send the scenario's prompt to the coordinator and check the answer (or error message)."""
+    body = {"model": "coordinator", "messages": [{"role": "user", "content": scenario.prompt}]}
+    started = time.perf_counter()
+    with httpx.Client(timeout=_REQUEST_TIMEOUT_S, trust_env=False) as client:
+        response = client.post(
+            f"{coordinator_url}/v1/chat/completions", json=body, headers={USER_ID_HEADER: DEMO_USER}
+        )
+    duration = time.perf_counter() - started
+    payload = response.json()
+    if response.status_code == 200:
+        text = str(payload["choices"][0]["message"]["content"])
+    else:
+        text = str(payload.get("error", {}).get("message", response.text))
+    ok = response.status_code == scenario.expected_status and all(
+        f in text for f in scenario.expected_fragments
+    )
+    return ScenarioResult(
+        scenario.name, response.status_code, text, response.headers.get(TRACE_ID_HEADER), duration, ok
+    )
+
+
+def request_counts(points: Sequence[ReceivedMetricPoint]) -> dict[tuple[str, str], int]:
+    """``kaos.requests`` totals by (agent, outcome), from the latest cumulative point of each series."""
+    latest: dict[tuple[str, str, str, str], ReceivedMetricPoint] = {}
+    for point in points:
+        if point.name != catalog.KAOS_REQUESTS:
+            continue
+        agent = str(point.attributes.get(catalog.GEN_AI_AGENT_NAME, "?"))
+        outcome = str(point.attributes.get(catalog.KAOS_OUTCOME, "?"))
+        key = (point.service_name, agent, outcome, str(point.start_time_unix_nano))
+        if key not in latest or point.time_unix_nano >= latest[key].time_unix_nano:
+            latest[key] = point
+    totals: dict[tuple[str, str], int] = defaultdict(int)
+    for (_, agent, outcome, _), point in latest.items():
+        totals[agent, outcome] += int(point.value or 0)
+    return dict(sorted(totals.items()))
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C, so the same cleanup runs."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _default_workdir() -> Path:
+    return Path(".kaos") / "demo" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+class _Output:
+    """Human-readable progress on stdout, or on stderr when stdout carries the JSON summary."""
+
+    def __init__(self, json_mode: bool) -> None:
+        self.json_mode = json_mode
+        self.stream: TextIO = sys.stderr if json_mode else sys.stdout
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.stream, flush=True)
+
+
+def run_demo(
+    scenario_names: Sequence[str],
+    *,
+    json_mode: bool = False,
+    workdir: Path | None = None,
+    startup_timeout_s: float = 40.0,
+    model_latency_ms: float = 0.0,
+) -> int:
+    """Start the system, run the scenarios, stop everything and report; returns the exit code."""
+    out = _Output(json_mode)
+    workdir = (workdir or _default_workdir()).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    external = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    receiver: OtlpReceiver | None = None
+    telemetry_file = workdir / "telemetry.otlp.jsonl"
+    if not external:
+        receiver = OtlpReceiver(json_path=telemetry_file).start()
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.grpc_endpoint
+        env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
+    results: list[ScenarioResult] = []
+    supervisor = Supervisor(workdir, env=env, startup_timeout_s=startup_timeout_s)
+    try:
+        with _sigterm_as_interrupt(), supervisor:
+            out.say(f"Starting the scripted model, 2 MCP servers and 3 agents (logs in {workdir})")
+            system = start_system(supervisor, model_latency_ms=model_latency_ms)
+            for service in system.services.values():
+                out.say(f"  {service.name:<15} {service.url}  pid {service.pid}")
+            for name in scenario_names:
+                result = run_scenario(system.coordinator_url, SCENARIOS[name])
+                results.append(result)
+                _report_scenario(out, result)
+            out.say("Stopping all processes (they flush their telemetry on the way out)")
+    except StartupError as exc:
+        print(f"kaos-agent demo: error: {exc}", file=sys.stderr)
+        if exc.log_tail:
+            print(f"--- last lines of {exc.name}'s log ---\n{exc.log_tail}", file=sys.stderr)
+        return EXIT_STARTUP_FAILED
+    except KeyboardInterrupt:
+        print("kaos-agent demo: interrupted; all processes stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if receiver is not None:
+            receiver.stop()
+    spans = receiver.spans() if receiver is not None else []
+    points = receiver.metric_points() if receiver is not None else []
+    summary = _summary(results, spans, points, system, receiver is not None, telemetry_file, external)
+    if json_mode:
+        print(json.dumps(summary, indent=2))
+    else:
+        _report_telemetry(out, results, spans, points, telemetry_file, external)
+    return EXIT_OK if all(r.ok for r in results) else EXIT_SCENARIO_FAILED
+
+
+def _report_scenario(out: _Output, result: ScenarioResult) -> None:
+    verdict = "as expected" if result.ok else "UNEXPECTED"
+    out.say(
+        f"\nScenario {result.name}: HTTP {result.status_code} in {result.duration_s:.2f} s ({verdict}), "
+        f"trace {result.trace_id or '?'}"
+    )
+    out.say(f"  {'answer' if result.status_code == 200 else 'error'}: {result.text}")
+
+
+def _report_telemetry(
+    out: _Output,
+    results: Sequence[ScenarioResult],
+    spans: Sequence[ReceivedSpan],
+    points: Sequence[ReceivedMetricPoint],
+    telemetry_file: Path,
+    external: str | None,
+) -> None:
+    if external:
+        out.say(f"\nTelemetry was sent to {external}; look the trace ids above up in your backend.")
+        return
+    trace_ids = {r.trace_id for r in results}
+    color = out.stream.isatty() and "NO_COLOR" not in os.environ
+    out.say("\nTraces")
+    out.say(render_trace_trees([s for s in spans if s.trace_id in trace_ids], color=color).rstrip())
+    out.say("\nRequests by agent and outcome (kaos.requests)")
+    for (agent, outcome), count in request_counts(points).items():
+        out.say(f"  {agent:<12} {outcome:<10} {count}")
+    out.say(f"\nTelemetry (OTLP JSON lines): {telemetry_file}")
+    out.say(f"Render it again with: kaos-otel traces show {telemetry_file}")
+
+
+def _summary(
+    results: Sequence[ScenarioResult],
+    spans: Sequence[ReceivedSpan],
+    points: Sequence[ReceivedMetricPoint],
+    system: System,
+    embedded: bool,
+    telemetry_file: Path,
+    external: str | None,
+) -> dict[str, Any]:
+    traces: list[dict[str, Any]] = []
+    for result in results:
+        members = [s for s in spans if s.trace_id == result.trace_id]
+        traces.append(
+            {
+                "scenario": result.name,
+                "trace_id": result.trace_id,
+                "span_count": len(members),
+                "services": sorted({s.service_name for s in members}),
+                "error_spans": sorted({s.name for s in members if s.status_code == "ERROR"}),
+            }
+        )
+    return {
+        "ok": all(r.ok for r in results),
+        "scenarios": [asdict(r) for r in results],
+        "traces": traces if embedded else [],
+        "requests": [
+            {"agent": agent, "outcome": outcome, "count": count}
+            for (agent, outcome), count in request_counts(points).items()
+        ],
+        "processes": [{"name": s.name, "pid": s.pid, "url": s.url} for s in system.services.values()],
+        "telemetry": {"endpoint": external, "file": None if external else str(telemetry_file)},
+    }

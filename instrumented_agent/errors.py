@@ -1,0 +1,62 @@
+"""Errors that end an agent run, each with the HTTP status and error type the server answers with."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentError",
+    "BudgetExceededError",
+    "DelegationError",
+    "ModelError",
+    "ToolError",
+    "UnknownAgentError",
+    "UnknownToolError",
+]
+
+
+class AgentError(Exception):
+    """A run failed; ``status_code`` and ``error_type`` shape the HTTP error response."""
+
+    status_code = 500
+    error_type = "agent_error"
+
+
+class ModelError(AgentError):
+    """The model endpoint failed or answered something unusable."""
+
+    status_code = 502
+    error_type = "model_error"
+
+
+class UnknownToolError(AgentError):
+    """The model asked for a tool the agent does not have."""
+
+    status_code = 502
+    error_type = "unknown_tool"
+
+
+class UnknownAgentError(AgentError):
+    """The model asked to delegate to an agent that is not a configured sub-agent."""
+
+    status_code = 502
+    error_type = "unknown_agent"
+
+
+class ToolError(AgentError):
+    """An MCP tool call failed or returned an error result."""
+
+    status_code = 502
+    error_type = "tool_error"
+
+
+class DelegationError(AgentError):
+    """A sub-agent could not be reached or answered with an error."""
+
+    status_code = 502
+    error_type = "delegation_error"
+
+
+class BudgetExceededError(AgentError):
+    """The run used up its runtime budget."""
+
+    status_code = 504
+    error_type = "budget_exceeded"

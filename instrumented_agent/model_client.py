@@ -1,0 +1,140 @@
+"""OpenAI-compatible chat-completions client over httpx, for any base URL and key."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from instrumented_agent.errors import ModelError
+from instrumented_agent.openai_api import (
+    ChatMessage,
+    Completion,
+    ToolCall,
+    ToolFunction,
+    Usage,
+    new_completion_id,
+)
+
+__all__ = ["DeltaSink", "ModelClient"]
+
+DeltaSink = Callable[[str], None]
+"""Receives each content fragment of a streamed reply as it arrives."""
+
+
+class ModelClient:
+    """Calls ``{base_url}/chat/completions`` (``base_url`` usually ends in ``/v1``).
+
+    The caller owns ``http_client`` (and decides its timeouts and event hooks, e.g. trace
+    context injection). Every failure is raised as :class:`ModelError`.
+    """
+
+    def __init__(self, base_url: str, http_client: httpx.AsyncClient, api_key: str | None = None) -> None:
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._http = http_client
+        self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        parsed = httpx.URL(self._url)
+        self.server_address = parsed.host
+        self.server_port = parsed.port or (443 if parsed.scheme == "https" else 80)
+
+    async def complete(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[dict[str, Any]] = (),
+        on_delta: DeltaSink | None = None,
+    ) -> Completion:
+        """One completion; streamed (content passed to ``on_delta`` as it arrives) if ``on_delta`` is set."""
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [m.model_dump(exclude_none=True) for m in messages],
+        }
+        if tools:
+            body["tools"] = list(tools)
+        try:
+            if on_delta is None:
+                response = await self._http.post(self._url, json=body, headers=self._headers)
+                _raise_for_status(response)
+                return _parse_completion(response.json(), model)
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+            async with self._http.stream("POST", self._url, json=body, headers=self._headers) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    _raise_for_status(response)
+                return await _read_stream(response, model, on_delta)
+        except httpx.HTTPError as exc:
+            raise ModelError(f"model request failed: {type(exc).__name__}") from exc
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ModelError(f"malformed model response: {type(exc).__name__}") from exc
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        message = str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = response.reason_phrase
+    raise ModelError(f"model answered HTTP {response.status_code}: {message}")
+
+
+def _parse_completion(body: dict[str, Any], model: str) -> Completion:
+    choice = body["choices"][0]
+    try:
+        message = ChatMessage.model_validate(choice["message"])
+        usage = Usage.model_validate(body.get("usage") or {})
+    except ValidationError as exc:
+        raise ValueError(str(exc)) from exc
+    return Completion(
+        id=str(body.get("id") or new_completion_id()),
+        model=str(body.get("model") or model),
+        message=message,
+        finish_reason=str(choice.get("finish_reason") or "stop"),
+        usage=usage,
+    )
+
+
+async def _read_stream(response: httpx.Response, model: str, on_delta: DeltaSink) -> Completion:
+    """Assemble a streamed completion (content, tool-call fragments by index, usage)."""
+    content: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    finish_reason = "stop"
+    usage = Usage()
+    completion_id, response_model = new_completion_id(), model
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        if "error" in chunk:
+            raise ModelError(f"model stream failed: {chunk['error'].get('message', 'unknown error')}")
+        completion_id = str(chunk.get("id") or completion_id)
+        response_model = str(chunk.get("model") or response_model)
+        if chunk.get("usage"):
+            usage = Usage.model_validate(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                content.append(delta["content"])
+                on_delta(delta["content"])
+            for fragment in delta.get("tool_calls") or ():
+                call = calls.setdefault(
+                    int(fragment.get("index", 0)), {"id": "", "name": "", "arguments": ""}
+                )
+                function = fragment.get("function") or {}
+                call["id"] = fragment.get("id") or call["id"]
+                call["name"] += function.get("name") or ""
+                call["arguments"] += function.get("arguments") or ""
+            finish_reason = choice.get("finish_reason") or finish_reason
+    tool_calls = [
+        ToolCall(id=c["id"], function=ToolFunction(name=c["name"], arguments=c["arguments"] or "{}"))
+        for _, c in sorted(calls.items())
+    ]
+    message = ChatMessage(role="assistant", content="".join(content) or None, tool_calls=tool_calls or None)
+    return Completion(completion_id, response_model, message, finish_reason, usage)

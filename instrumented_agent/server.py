@@ -1,0 +1,232 @@
+"""The agent's HTTP API: OpenAI-compatible ``POST /v1/chat/completions`` plus ``/health`` and ``/ready``.
+
+Trace context: :class:`~kaos_otel.instrumentation.asgi.TraceContextMiddleware` makes one SERVER
+span per request (continuing the caller's trace under the configured trust policy) that is the
+parent of the run's ``invoke_agent`` span and stays open until the last streamed chunk. Outgoing
+model and delegation requests carry ``traceparent`` through an httpx request hook, without extra
+HTTP client spans: the ``chat`` and delegation spans are the client spans.
+
+Identity: the user id comes only from the :data:`~instrumented_agent.config.USER_ID_HEADER` header
+that a trusted gateway sets, never from the body or the model; autonomous runs use the agent's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from opentelemetry import trace
+
+from instrumented_agent.agent import Agent, Identity, RunResult
+from instrumented_agent.config import USER_ID_HEADER, AgentConfig
+from instrumented_agent.errors import AgentError
+from instrumented_agent.mcp_client import McpToolbox
+from instrumented_agent.model_client import ModelClient
+from instrumented_agent.openai_api import (
+    SSE_DONE,
+    ChatMessage,
+    ChatRequest,
+    Completion,
+    chunk,
+    completion_body,
+    error_body,
+    new_completion_id,
+    sse,
+    usage_chunk,
+)
+from instrumented_agent.serving import FASTAPI_TELEMETRY_OFF
+from kaos_otel import KaosOtelManager
+from kaos_otel.instrumentation.asgi import TraceContextMiddleware
+from kaos_otel.propagation import async_inject_request_hook
+
+__all__ = ["CONVERSATION_ID_HEADER", "TRACE_ID_HEADER", "create_agent_app"]
+
+CONVERSATION_ID_HEADER = "x-kaos-conversation-id"
+TRACE_ID_HEADER = "x-kaos-trace-id"
+"""Response header naming the trace the request was recorded in."""
+
+_log = logging.getLogger(__name__)
+_StreamItem = str | RunResult | BaseException
+
+
+def _error(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """HTTP status and OpenAI-style body for a failed run."""
+    if isinstance(exc, AgentError):
+        return exc.status_code, error_body(str(exc), exc.error_type)
+    return 500, error_body("internal error", "internal_error")
+
+
+def _error_response(exc: BaseException) -> JSONResponse:
+    status, body = _error(exc)
+    return JSONResponse(body, status_code=status, headers=_trace_headers())
+
+
+def _trace_headers() -> dict[str, str]:
+    span_context = trace.get_current_span().get_span_context()
+    return {TRACE_ID_HEADER: trace.format_trace_id(span_context.trace_id)} if span_context.is_valid else {}
+
+
+async def _autonomous_loop(agent: Agent, goal: str, interval_s: float) -> None:
+    """Run ``goal`` every ``interval_s`` seconds with the agent's own identity, each in a new trace."""
+    identity = Identity.of_agent(agent.name)
+    while True:
+        try:
+            await agent.run([ChatMessage(role="user", content=goal)], identity)
+        except AgentError:
+            pass  # already recorded: failed span, error outcome and a log line inside the run
+        except Exception:
+            _log.exception("autonomous run crashed")
+        await asyncio.sleep(interval_s)
+
+
+class _AgentService:
+    """What the routes need once the app has started."""
+
+    def __init__(self, agent: Agent, toolbox: McpToolbox) -> None:
+        self.agent = agent
+        self.toolbox = toolbox
+
+    async def complete(
+        self, body: ChatRequest, identity: Identity, conversation_id: str | None
+    ) -> JSONResponse:
+        try:
+            result = await self.agent.run(body.messages, identity, conversation_id=conversation_id)
+        except Exception as exc:
+            if not isinstance(exc, AgentError):
+                _log.exception("request failed unexpectedly")
+            return _error_response(exc)
+        completion = Completion(
+            id=new_completion_id(),
+            model=self.agent.name,
+            message=ChatMessage(role="assistant", content=result.content),
+            finish_reason=result.finish_reason,
+            usage=result.usage,
+        )
+        return JSONResponse(completion_body(completion), headers=_trace_headers())
+
+    async def stream(
+        self, body: ChatRequest, identity: Identity, conversation_id: str | None
+    ) -> JSONResponse | StreamingResponse:
+        """Run in a task that feeds a queue; an error before the first chunk is still an HTTP error."""
+        queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
+
+        async def produce() -> None:
+            try:
+                queue.put_nowait(
+                    await self.agent.run(
+                        body.messages, identity, conversation_id=conversation_id, on_delta=queue.put_nowait
+                    )
+                )
+            except Exception as exc:
+                if not isinstance(exc, AgentError):
+                    _log.exception("streaming request failed unexpectedly")
+                queue.put_nowait(exc)
+
+        task = asyncio.create_task(produce())
+        try:
+            first = await queue.get()
+        except asyncio.CancelledError:  # the client went away before the first chunk
+            task.cancel()
+            raise
+        if isinstance(first, BaseException):
+            await task
+            return _error_response(first)
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(
+            self._events(first, queue, task, include_usage),
+            media_type="text/event-stream",
+            headers=_trace_headers(),
+        )
+
+    async def _events(
+        self,
+        first: _StreamItem,
+        queue: asyncio.Queue[_StreamItem],
+        task: asyncio.Task[None],
+        include_usage: bool,
+    ) -> AsyncIterator[str]:
+        cid, model = new_completion_id(), self.agent.name
+        item = first
+        try:
+            yield sse(chunk(cid, model, {"role": "assistant", "content": ""}))
+            while True:
+                if isinstance(item, str):
+                    yield sse(chunk(cid, model, {"content": item}))
+                elif isinstance(item, RunResult):
+                    yield sse(chunk(cid, model, {}, item.finish_reason))
+                    if include_usage:
+                        yield sse(usage_chunk(cid, model, item.usage))
+                    break
+                else:  # the status line is already sent: report the error in the stream
+                    yield sse(_error(item)[1])
+                    break
+                item = await queue.get()
+            yield SSE_DONE
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
+    """The agent's FastAPI app; MCP sessions open (and autonomous runs start) with the app."""
+    state: dict[str, _AgentService] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        toolbox = McpToolbox(config.mcp_servers)
+        timeout = httpx.Timeout(config.max_runtime_s, connect=10.0)
+        async with httpx.AsyncClient(
+            timeout=timeout, trust_env=False, event_hooks={"request": [async_inject_request_hook]}
+        ) as http:
+            model = ModelClient(config.model_base_url, http, config.model_api_key)
+            agent = Agent(config, otel, model, toolbox, http)
+            state["service"] = _AgentService(agent, toolbox)
+            toolbox.start()
+            autonomous = (
+                asyncio.create_task(
+                    _autonomous_loop(agent, config.autonomous_goal, config.autonomous_interval_s)
+                )
+                if config.autonomous_goal
+                else None
+            )
+            try:
+                yield
+            finally:
+                if autonomous is not None:
+                    autonomous.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await autonomous
+                await toolbox.aclose()
+
+    app = FastAPI(title=f"kaos agent {config.name}", lifespan=lifespan, telemetry=FASTAPI_TELEMETRY_OFF)
+    app.add_middleware(TraceContextMiddleware, otel=otel)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok", "agent": config.name}
+
+    @app.get("/ready", response_model=None)
+    async def ready() -> dict[str, Any] | JSONResponse:
+        pending = state["service"].toolbox.pending
+        if pending:
+            return JSONResponse({"status": "starting", "pending_mcp_servers": pending}, status_code=503)
+        return {"status": "ready", "agent": config.name}
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(body: ChatRequest, request: Request) -> JSONResponse | StreamingResponse:
+        identity = Identity(user_id=request.headers.get(USER_ID_HEADER) or None)
+        conversation_id = request.headers.get(CONVERSATION_ID_HEADER) or None
+        service = state["service"]
+        if body.stream:
+            return await service.stream(body, identity, conversation_id)
+        return await service.complete(body, identity, conversation_id)
+
+    return app

@@ -1,0 +1,47 @@
+"""Run an ASGI app with uvicorn on a port, or on a listening socket inherited from a supervisor."""
+
+from __future__ import annotations
+
+import signal
+import socket
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from fastapi.telemetry import TelemetryConfig
+
+__all__ = ["FASTAPI_TELEMETRY_OFF", "serve"]
+
+FASTAPI_TELEMETRY_OFF: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
+"""FastAPI's own OpenTelemetry support off: kaos_otel's middleware makes the one SERVER span, and
+FastAPI's would be a second, sibling server span (its error logs also carry exception messages)."""
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _absorb(signum: int, frame: FrameType | None) -> None:
+    """Ignore the stop signal uvicorn re-raises after its graceful shutdown."""
+
+
+def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, fd: int | None = None) -> None:
+    """Serve ``app`` until SIGINT/SIGTERM, shut down gracefully, then return (so callers can flush).
+
+    With ``fd``, the already-listening socket with that descriptor is used instead of binding
+    ``host:port``: the parent bound it, so it knows the address before this process is up.
+    """
+    if fd is not None:
+        sock = socket.socket(fileno=fd)
+    else:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    # uvicorn handles the signal, then re-raises it with the handler it found installed: with the
+    # default one the process would die before the caller's telemetry flush.
+    previous = {sig: signal.signal(sig, _absorb) for sig in _STOP_SIGNALS}
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
