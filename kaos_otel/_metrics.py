@@ -23,6 +23,7 @@ BOUNDED_KEYS = (
     catalog.GEN_AI_AGENT_NAME,
     catalog.GEN_AI_TOOL_NAME,
     catalog.GEN_AI_REQUEST_MODEL,
+    catalog.GEN_AI_PROVIDER_NAME,
     catalog.KAOS_DELEGATION_TARGET,
     catalog.ERROR_TYPE,
 )
@@ -167,7 +168,7 @@ class KaosMetrics:
         self._model_duration.record(duration_s, labels)
         gen_ai = {
             catalog.GEN_AI_OPERATION_NAME: "chat",
-            catalog.GEN_AI_PROVIDER_NAME: provider,
+            catalog.GEN_AI_PROVIDER_NAME: self.bounds.bound(catalog.GEN_AI_PROVIDER_NAME, provider),
             catalog.GEN_AI_REQUEST_MODEL: bounded_model,
         }
         if error_type is not None:
@@ -211,8 +212,10 @@ class KaosMetrics:
         """One memory operation of any tier."""
         labels = {
             catalog.KAOS_MEMORY_TIER: tier.value,
-            catalog.KAOS_MEMORY_OPERATION: operation if operation in catalog.MEMORY_OPERATIONS else "other",
-            catalog.KAOS_MEMORY_SCOPE: scope.value if scope is not None else "none",
+            catalog.KAOS_MEMORY_OPERATION: (
+                operation if operation in catalog.MEMORY_OPERATIONS else catalog.MEMORY_OPERATION_OTHER
+            ),
+            catalog.KAOS_MEMORY_SCOPE: scope.value if scope is not None else catalog.MEMORY_SCOPE_NONE,
             catalog.KAOS_OUTCOME: outcome.value,
         }
         self._memory_operations.add(1, labels)

@@ -208,6 +208,10 @@ MEMORY_OPERATIONS: tuple[str, ...] = (
     "memory_history",
 )
 """Memory operation names: the convention's, plus read/list/history for engines such as Mem0."""
+MEMORY_OPERATION_OTHER = "other"
+"""The ``kaos.memory.operation`` label value of any operation not listed above."""
+MEMORY_SCOPE_NONE = "none"
+"""The ``kaos.memory.scope`` label value of an operation made without a scope."""
 
 SPANS: tuple[SpanSpec, ...] = (
     SpanSpec(SPAN_INVOKE_AGENT, "INTERNAL", "invoke_agent", "One agent run (the agentic loop)"),
@@ -298,6 +302,9 @@ WINDOW_TOKEN_BUCKETS: tuple[float, ...] = (
 LABEL_VALUE_CAP = 50
 """Distinct values any one label key may take per instrument before values overflow."""
 
+OPTIONAL_METRIC_LABELS: frozenset[str] = frozenset({ERROR_TYPE})
+"""Label keys present only on some points (``error.type`` only on failed calls)."""
+
 Instrument = Literal["counter", "histogram"]
 
 
@@ -312,6 +319,17 @@ class MetricSpec:
     attributes: tuple[str, ...]
     buckets: tuple[float, ...] | None = None
     max_label_sets: int = 0
+    label_value_bounds: tuple[tuple[str, int], ...] = ()
+    """Per label key, the most distinct values it can take (absence of an optional key counts)."""
+
+    @property
+    def required_attributes(self) -> tuple[str, ...]:
+        """The label keys every point carries."""
+        return tuple(key for key in self.attributes if key not in OPTIONAL_METRIC_LABELS)
+
+    def value_bound(self, key: str) -> int:
+        """The most distinct values label ``key`` can take on this metric (0 if not a label)."""
+        return dict(self.label_value_bounds).get(key, 0)
 
     @property
     def prometheus(self) -> str:
@@ -334,12 +352,19 @@ def _metric(
     *,
     fixed_label_values: dict[str, int] | None = None,
 ) -> MetricSpec:
-    """Build a spec whose label-set bound is the product of each key's value cap."""
-    bound = 1
+    """Build a spec whose label-set bound is the product of each key's value bound.
+
+    A key's bound is its fixed number of values, or the cap plus the overflow value; an optional
+    key may also be absent, which counts as one more value.
+    """
     fixed = fixed_label_values or {}
-    for key in attributes:
-        bound *= fixed.get(key, LABEL_VALUE_CAP + 1)
-    return MetricSpec(name, instrument, unit, description, attributes, buckets, bound)
+    bounds = tuple(
+        (key, fixed.get(key, LABEL_VALUE_CAP + 1) + (key in OPTIONAL_METRIC_LABELS)) for key in attributes
+    )
+    max_label_sets = 1
+    for _, bound in bounds:
+        max_label_sets *= bound
+    return MetricSpec(name, instrument, unit, description, attributes, buckets, max_label_sets, bounds)
 
 
 _OUTCOMES = len(Outcome)
@@ -366,8 +391,8 @@ KAOS_TELEMETRY_DROPPED = "kaos.telemetry.dropped"
 _MEMORY_LABELS = (KAOS_MEMORY_TIER, KAOS_MEMORY_OPERATION, KAOS_MEMORY_SCOPE, KAOS_OUTCOME)
 _MEMORY_FIXED = {
     KAOS_MEMORY_TIER: len(MemoryTier),
-    KAOS_MEMORY_OPERATION: len(MEMORY_OPERATIONS),
-    KAOS_MEMORY_SCOPE: len(MemoryScope) + 1,
+    KAOS_MEMORY_OPERATION: len(MEMORY_OPERATIONS) + 1,  # + MEMORY_OPERATION_OTHER
+    KAOS_MEMORY_SCOPE: len(MemoryScope) + 1,  # + MEMORY_SCOPE_NONE
     KAOS_OUTCOME: _OUTCOMES,
 }
 
@@ -379,7 +404,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "GenAI operation duration (convention)",
         (GEN_AI_OPERATION_NAME, GEN_AI_PROVIDER_NAME, GEN_AI_REQUEST_MODEL, ERROR_TYPE),
         GEN_AI_DURATION_BUCKETS_S,
-        fixed_label_values={GEN_AI_OPERATION_NAME: 1, GEN_AI_PROVIDER_NAME: 1},
+        fixed_label_values={GEN_AI_OPERATION_NAME: 1},
     ),
     _metric(
         GEN_AI_CLIENT_TOKEN_USAGE,
@@ -388,7 +413,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "Tokens used per model call (convention)",
         (GEN_AI_OPERATION_NAME, GEN_AI_PROVIDER_NAME, GEN_AI_REQUEST_MODEL, GEN_AI_TOKEN_TYPE),
         GEN_AI_TOKEN_BUCKETS,
-        fixed_label_values={GEN_AI_OPERATION_NAME: 1, GEN_AI_PROVIDER_NAME: 1, GEN_AI_TOKEN_TYPE: 2},
+        fixed_label_values={GEN_AI_OPERATION_NAME: 1, GEN_AI_TOKEN_TYPE: 2},
     ),
     _metric(
         KAOS_REQUESTS,
@@ -578,6 +603,7 @@ def catalog_as_dict() -> dict[str, Any]:
                 "attributes": list(spec.attributes),
                 "buckets": list(spec.buckets) if spec.buckets is not None else None,
                 "max_label_sets": spec.max_label_sets,
+                "label_value_bounds": dict(spec.label_value_bounds),
                 "prometheus": spec.prometheus,
                 "prometheus_labels": [prometheus_label(key) for key in spec.attributes],
                 "signoz": spec.signoz,
