@@ -30,10 +30,17 @@ BOUNDED_KEYS = (
 
 
 def metric_views(*, drop_unlisted: bool = True) -> list[View]:
-    """One View per catalog metric (allowed label keys, explicit buckets); others dropped."""
+    """One View per catalog metric (allowed label keys, explicit buckets); others dropped.
+
+    The catalog's Views match only kaos-otel's own meter. Everything else on the provider is
+    dropped, including another library's instrument that shares a catalog name (such as an
+    instrumentation's ``gen_ai.client.operation.duration``): its label values are not bounded
+    and it would count the same calls twice.
+    """
     views = [
         View(
             instrument_name=spec.name,
+            meter_name=METER_NAME,
             attribute_keys=set(spec.attributes),
             aggregation=ExplicitBucketHistogramAggregation(list(spec.buckets)) if spec.buckets else None,
         )
@@ -46,14 +53,18 @@ def metric_views(*, drop_unlisted: bool = True) -> list[View]:
 
 
 class _DropUnlistedView(View):
-    """Drops every instrument the catalog does not list (other libraries' metrics)."""
+    """Drops every instrument that is not a catalog metric on kaos-otel's meter."""
 
     def __init__(self, listed: set[str]) -> None:
         super().__init__(instrument_name="*", aggregation=DropAggregation())
         self._listed = listed
 
     def _match(self, instrument: object) -> bool:
-        return getattr(instrument, "name", None) not in self._listed and bool(super()._match(instrument))  # type: ignore[arg-type]
+        scope = getattr(instrument, "instrumentation_scope", None)
+        ours = (
+            getattr(scope, "name", None) == METER_NAME and getattr(instrument, "name", None) in self._listed
+        )
+        return not ours and bool(super()._match(instrument))  # type: ignore[arg-type]
 
 
 class LabelBounds:
