@@ -1,0 +1,183 @@
+"""Agent-domain helpers produce convention-conformant spans, checked at a real OTLP receiver."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from kaos_otel import KaosOtelManager, MemoryScope, MemoryTier, Outcome, catalog
+from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
+
+MakeOtel = Callable[..., KaosOtelManager]
+SPEC_KIND = {
+    catalog.SPAN_INVOKE_AGENT: "INTERNAL",
+    catalog.SPAN_AGENT_STEP: "INTERNAL",
+    catalog.SPAN_CHAT: "CLIENT",
+    catalog.SPAN_EXECUTE_TOOL: "INTERNAL",
+    catalog.SPAN_DELEGATION: "CLIENT",
+    catalog.SPAN_MEMORY: "CLIENT",
+}
+
+
+def collect(otel: KaosOtelManager, receiver: OtlpReceiver, count: int) -> list[ReceivedSpan]:
+    assert otel.force_flush(5)
+    assert receiver.wait_for(lambda r: len(r.spans()) >= count, 10), receiver.spans()
+    spans = receiver.spans()
+    assert len(spans) == count, sorted(s.name for s in spans)
+    return spans
+
+
+def named(spans: list[ReceivedSpan], name: str) -> list[ReceivedSpan]:
+    return [span for span in spans if span.name == name]
+
+
+def test_catalog_kinds_match_the_conventions() -> None:
+    """The catalog this file checks against says what conventions.md says."""
+    kinds = {spec.name: spec.kind for spec in catalog.SPANS}
+    for name, kind in SPEC_KIND.items():
+        assert kinds[name] == kind, name
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_agent_loop_spans(make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str) -> None:
+    otel = make_otel(protocol)
+    run = otel.invoke_agent("planner", agent_id="planner-1", conversation_id="conv-9", max_steps=2)
+    for _ in range(2):
+        step = otel.agent_step(run)
+        model = otel.model_call(
+            "planner", "gpt-4o-mini", provider="openai", server_address="127.0.0.1", server_port=8000
+        )
+        model.record_usage(120, 17, response_model="gpt-4o-mini-2024-07-18", finish_reasons=["tool_calls"])
+        model.success()
+        tool = otel.tool_call("planner", "web_search", call_id="call_1", arguments={"query": "weather"})
+        tool.success()
+        delegation = otel.delegation("planner", "researcher")
+        # a swallowed remote error is still recorded as an error, not success
+        delegation.set_outcome(Outcome.ERROR, error_type="http_503")
+        otel.span_success(delegation)
+        otel.span_success(step)
+    run.set_outcome(Outcome.MAX_STEPS)  # ran out of steps: not a success
+    otel.span_success(run)
+
+    spans = collect(otel, otlp_receiver, 1 + 2 * 4)
+    assert len({span.trace_id for span in spans}) == 1
+
+    (agent,) = named(spans, "invoke_agent planner")
+    assert agent.kind == "INTERNAL"
+    assert agent.parent_span_id is None
+    assert agent.attributes[catalog.GEN_AI_OPERATION_NAME] == "invoke_agent"
+    assert agent.attributes[catalog.GEN_AI_AGENT_NAME] == "planner"
+    assert agent.attributes[catalog.GEN_AI_AGENT_ID] == "planner-1"
+    assert agent.attributes[catalog.GEN_AI_CONVERSATION_ID] == "conv-9"
+    assert agent.attributes[catalog.KAOS_AGENT_MAX_STEPS] == 2
+    assert agent.attributes[catalog.KAOS_AGENT_STEPS] == 2
+    assert agent.attributes[catalog.KAOS_OUTCOME] == "max_steps"
+    assert agent.attributes[catalog.ERROR_TYPE] == "max_steps"
+    assert agent.status_code == "ERROR"
+
+    steps = named(spans, catalog.SPAN_AGENT_STEP)  # one span name for every step
+    assert sorted(s.attributes[catalog.KAOS_AGENT_STEP] for s in steps) == [1, 2]
+    assert {s.name for s in spans if "step" in s.name} == {catalog.SPAN_AGENT_STEP}
+    for step_span in steps:
+        assert step_span.kind == "INTERNAL"
+        assert step_span.parent_span_id == agent.span_id
+        assert step_span.attributes[catalog.GEN_AI_AGENT_NAME] == "planner"
+    step_ids = {s.span_id for s in steps}
+
+    chats = named(spans, "chat gpt-4o-mini")
+    assert len(chats) == 2
+    for chat in chats:
+        assert chat.kind == "CLIENT"
+        assert chat.parent_span_id in step_ids
+        assert chat.attributes[catalog.GEN_AI_OPERATION_NAME] == "chat"
+        assert chat.attributes[catalog.GEN_AI_PROVIDER_NAME] == "openai"
+        assert chat.attributes[catalog.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini"
+        assert chat.attributes[catalog.GEN_AI_RESPONSE_MODEL] == "gpt-4o-mini-2024-07-18"
+        assert chat.attributes[catalog.GEN_AI_USAGE_INPUT_TOKENS] == 120
+        assert chat.attributes[catalog.GEN_AI_USAGE_OUTPUT_TOKENS] == 17
+        assert chat.attributes[catalog.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_calls",)
+        assert chat.attributes[catalog.SERVER_ADDRESS] == "127.0.0.1"
+        assert chat.attributes[catalog.SERVER_PORT] == 8000
+        assert chat.attributes[catalog.KAOS_OUTCOME] == "success"
+        assert chat.status_code == "UNSET"
+        assert "gen_ai.system" not in chat.attributes  # deprecated name not used
+
+    tools = named(spans, "execute_tool web_search")
+    assert len(tools) == 2
+    for tool_span in tools:
+        assert tool_span.kind == "INTERNAL"
+        assert tool_span.parent_span_id in step_ids
+        assert tool_span.attributes[catalog.GEN_AI_OPERATION_NAME] == "execute_tool"
+        assert tool_span.attributes[catalog.GEN_AI_TOOL_NAME] == "web_search"
+        assert tool_span.attributes[catalog.GEN_AI_TOOL_CALL_ID] == "call_1"
+        assert tool_span.attributes[catalog.KAOS_OUTCOME] == "success"
+        assert catalog.GEN_AI_TOOL_CALL_ARGUMENTS not in tool_span.attributes  # content is opt-in
+
+    delegations = named(spans, "invoke_agent researcher")
+    assert len(delegations) == 2
+    for delegation_span in delegations:
+        assert delegation_span.kind == "CLIENT"
+        assert delegation_span.parent_span_id in step_ids
+        assert delegation_span.attributes[catalog.GEN_AI_OPERATION_NAME] == "invoke_agent"
+        assert delegation_span.attributes[catalog.GEN_AI_AGENT_NAME] == "researcher"
+        assert delegation_span.attributes[catalog.KAOS_DELEGATION_SOURCE] == "planner"
+        assert delegation_span.attributes[catalog.KAOS_DELEGATION_TARGET] == "researcher"
+        assert delegation_span.attributes[catalog.KAOS_OUTCOME] == "error"
+        assert delegation_span.attributes[catalog.ERROR_TYPE] == "http_503"
+        assert delegation_span.status_code == "ERROR"
+
+
+def test_failures_and_cancellation_outcomes(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:
+    otel = make_otel()
+    with pytest.raises(TimeoutError), otel.invoke_agent("coder") as run:
+        with otel.agent_step(run, step=1), otel.tool_call("coder", "shell"):
+            pass
+        with otel.agent_step(run, step=2), otel.model_call("coder", "llama3", provider="ollama"):
+            raise TimeoutError("model timed out")
+    cancelled = otel.tool_call("coder", "long_job")
+    otel.span_failure(cancelled, KeyboardInterrupt())
+
+    spans = collect(otel, otlp_receiver, 6)
+    (agent,) = named(spans, "invoke_agent coder")
+    (chat,) = named(spans, "chat llama3")
+    (shell,) = named(spans, "execute_tool shell")
+    (job,) = named(spans, "execute_tool long_job")
+    steps = {s.attributes[catalog.KAOS_AGENT_STEP]: s for s in named(spans, "agent_step")}
+
+    assert chat.attributes[catalog.GEN_AI_PROVIDER_NAME] == "ollama"
+    for failed in (chat, steps[2], agent):
+        assert failed.status_code == "ERROR", failed.name
+        assert failed.attributes[catalog.ERROR_TYPE] == "TimeoutError"
+        assert failed.attributes[catalog.KAOS_OUTCOME] == "error"
+        assert [e.name for e in failed.events] == ["exception"]
+    assert agent.attributes[catalog.KAOS_AGENT_STEPS] == 2
+    assert shell.status_code == "UNSET"
+    assert shell.attributes[catalog.KAOS_OUTCOME] == "success"
+    assert steps[1].status_code == "UNSET"
+    assert job.attributes[catalog.KAOS_OUTCOME] == "canceled"
+    assert job.status_code == "UNSET"  # a cancellation is not an error
+
+
+def test_memory_operation_span(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:
+    otel = make_otel()
+    with (
+        otel.invoke_agent("assistant"),
+        otel.memory_operation(
+            MemoryTier.LONG_TERM, "search_memory", scope=MemoryScope.USER, store_id="facts", provider="mem0"
+        ) as memory,
+    ):
+        memory.set_record_count(3)
+
+    spans = collect(otel, otlp_receiver, 2)
+    (agent,) = named(spans, "invoke_agent assistant")
+    (search,) = named(spans, "search_memory")
+    assert search.kind == "CLIENT"
+    assert search.parent_span_id == agent.span_id
+    assert search.attributes[catalog.GEN_AI_OPERATION_NAME] == "search_memory"
+    assert search.attributes[catalog.GEN_AI_MEMORY_STORE_ID] == "facts"
+    assert search.attributes[catalog.GEN_AI_MEMORY_RECORD_COUNT] == 3
+    assert search.attributes[catalog.KAOS_MEMORY_TIER] == "long_term"
+    assert search.attributes[catalog.KAOS_MEMORY_SCOPE] == "user"
+    assert search.attributes[catalog.KAOS_MEMORY_PROVIDER] == "mem0"
+    assert search.attributes[catalog.KAOS_OUTCOME] == "success"

@@ -1,0 +1,531 @@
+"""Span lifecycle in all three styles, exported over real OTLP (gRPC and HTTP/protobuf).
+
+Every assertion is made on what the in-process receiver got: names, kinds, attributes, resource,
+parent links, status and exception events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import traceback
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from kaos_otel import KaosOtelManager, SpanHandle, run_in_executor_in_context, submit_in_context
+from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
+
+PROTOCOLS = ["grpc", "http/protobuf"]
+DETACH_ERRORS = ("Failed to detach context", "was created in a different Context")
+MakeOtel = Callable[..., KaosOtelManager]
+
+
+@pytest.fixture(params=PROTOCOLS)
+def protocol(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def collect(otel: KaosOtelManager, receiver: OtlpReceiver, count: int) -> dict[str, list[ReceivedSpan]]:
+    """Flush and wait until ``count`` spans arrived; spans grouped by name."""
+    assert otel.force_flush(5)
+    assert receiver.wait_for(lambda r: len(r.spans()) >= count, 10), receiver.spans()
+    spans = receiver.spans()
+    assert len(spans) == count, sorted(s.name for s in spans)
+    by_name: dict[str, list[ReceivedSpan]] = {}
+    for span in spans:
+        by_name.setdefault(span.name, []).append(span)
+    return by_name
+
+
+def one(by_name: dict[str, list[ReceivedSpan]], name: str) -> ReceivedSpan:
+    spans = by_name[name]
+    assert len(spans) == 1, spans
+    return spans[0]
+
+
+def span_id(handle: SpanHandle) -> str:
+    return trace.format_span_id(handle.span.get_span_context().span_id)
+
+
+def current_name() -> str | None:
+    """Name of the current span (``None`` outside any recording span)."""
+    span = trace.get_current_span()
+    return getattr(span, "name", None) if span.is_recording() else None
+
+
+def assert_no_detach_errors(caplog: pytest.LogCaptureFixture) -> None:
+    for record in caplog.records:
+        text = record.getMessage() + (record.exc_text or "")
+        assert not any(err in text for err in DETACH_ERRORS), text
+
+
+def assert_raised_here(exc: BaseException, function: str) -> None:
+    """The traceback's innermost frame is still the one that raised (same traceback object chain)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    assert frames[-1].name == function, [f.name for f in frames]
+
+
+# --- explicit style ---------------------------------------------------------------------------
+
+
+def test_explicit_begin_success_failure(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str
+) -> None:
+    otel = make_otel(
+        protocol,
+        environ={"OTEL_SERVICE_NAME": "svc-explicit", "OTEL_RESOURCE_ATTRIBUTES": "team=agents,region=eu-1"},
+    )
+    loop = otel.span_begin("agent.loop", attributes={"loop.max": 3, "loop.tags": ["a", "b"]})
+    assert current_name() == "agent.loop"
+    step = otel.span_begin("step", SpanKind.CLIENT, {"n": 1})
+    assert current_name() == "step"
+    otel.span_success(step)
+    assert current_name() == "agent.loop"
+    failing = otel.span_begin("failing")
+    error = ValueError("model said no")
+    otel.span_failure(failing, error)
+    otel.span_failure(failing, RuntimeError("second end"))  # ending twice is harmless
+    otel.span_success(failing)
+    assert current_name() == "agent.loop"
+    otel.span_success(loop)
+    otel.span_success(loop)
+    assert not trace.get_current_span().is_recording()
+
+    spans = collect(otel, otlp_receiver, 3)
+    root, child, failed = one(spans, "agent.loop"), one(spans, "step"), one(spans, "failing")
+    assert root.parent_span_id is None
+    assert child.parent_span_id == root.span_id == span_id(loop)
+    assert failed.parent_span_id == root.span_id
+    assert {child.trace_id, failed.trace_id} == {root.trace_id}
+    assert (root.kind, child.kind, failed.kind) == ("INTERNAL", "CLIENT", "INTERNAL")
+    assert root.attributes["loop.max"] == 3
+    assert root.attributes["loop.tags"] == ("a", "b")
+    assert child.attributes["n"] == 1
+    assert (root.status_code, child.status_code) == ("UNSET", "UNSET")
+    assert root.resource["service.name"] == "svc-explicit"
+    assert root.resource["team"] == "agents"
+    assert root.resource["region"] == "eu-1"
+    assert root.scope_name == "kaos_otel"
+
+    assert failed.status_code == "ERROR"
+    assert failed.attributes["error.type"] == "ValueError"
+    assert [e.name for e in failed.events] == ["exception"]  # the second failure added nothing
+    event = failed.events[0]
+    assert event.attributes["exception.type"] == "ValueError"
+    assert "RuntimeError" not in str(failed.attributes) + str(event.attributes)
+
+
+def test_resource_comes_from_environ_mapping_only(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``environ=`` replaces ``os.environ``: nothing of the process environment leaks in."""
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "leaked=yes")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "leaked-service")
+    otel = make_otel(environ={"OTEL_SERVICE_NAME": "svc-env", "OTEL_RESOURCE_ATTRIBUTES": "mine=1"})
+    with otel.span("s"):
+        pass
+    span = one(collect(otel, otlp_receiver, 1), "s")
+    assert span.resource["service.name"] == "svc-env"
+    assert span.resource["mine"] == "1"
+    assert "leaked" not in span.resource
+
+
+# --- context manager --------------------------------------------------------------------------
+
+
+def test_context_manager_spans(make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str) -> None:
+    otel = make_otel(protocol)
+    error = KeyError("missing")
+
+    def raise_it() -> None:
+        raise error
+
+    with otel.span("outer", SpanKind.SERVER, {"http.route": "/run"}) as outer:
+        with otel.span("inner", attributes={"obj": {"k": [1, 2]}}) as inner:
+            inner.set_attribute("late", "value")
+            inner.add_event("checkpoint", {"at": 1})
+        with pytest.raises(KeyError) as caught, otel.span("broken"):
+            raise_it()
+        assert current_name() == "outer"
+    assert caught.value is error
+    assert caught.value.__traceback__ is error.__traceback__
+    assert_raised_here(caught.value, "raise_it")
+    assert outer.is_ended and inner.is_ended
+    assert current_name() is None
+
+    spans = collect(otel, otlp_receiver, 3)
+    root, child, broken = one(spans, "outer"), one(spans, "inner"), one(spans, "broken")
+    assert root.kind == "SERVER"
+    assert root.attributes["http.route"] == "/run"
+    assert child.parent_span_id == root.span_id
+    assert broken.parent_span_id == root.span_id
+    assert child.attributes["obj"] == '{"k": [1, 2]}'  # non-primitive stringified
+    assert child.attributes["late"] == "value"
+    assert [e.name for e in child.events] == ["checkpoint"]
+    assert broken.status_code == "ERROR"
+    assert broken.attributes["error.type"] == "KeyError"
+    assert broken.events[0].name == "exception"
+    assert "raise_it" in broken.events[0].attributes["exception.stacktrace"]
+
+
+# --- decorator --------------------------------------------------------------------------------
+
+
+async def test_decorator_all_function_kinds(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str
+) -> None:
+    otel = make_otel(protocol)
+    seen: dict[str, list[str | None]] = {}
+
+    @otel.traced()
+    def plain(x: int) -> int:
+        seen.setdefault("plain", []).append(current_name())
+        return x + 1
+
+    @otel.traced("coroutine", kind=SpanKind.CLIENT, attributes={"fixed": "attr"})
+    async def coroutine(x: int) -> int:
+        await asyncio.sleep(0)
+        seen.setdefault("coroutine", []).append(current_name())
+        return x * 2
+
+    @otel.traced("generator")
+    def generator(n: int) -> Iterator[int]:
+        for i in range(n):
+            seen.setdefault("generator", []).append(current_name())
+            with otel.span(f"gen-item-{i}"):
+                pass
+            yield i
+
+    @otel.traced("async-generator")
+    async def async_generator(n: int) -> AsyncIterator[int]:
+        for i in range(n):
+            await asyncio.sleep(0)
+            seen.setdefault("async-generator", []).append(current_name())
+            with otel.span(f"agen-item-{i}"):
+                pass
+            yield i
+
+    with otel.span("caller"):
+        assert plain(1) == 2
+        assert await coroutine(2) == 4
+        gen_out = []
+        for item in generator(3):
+            # between items the caller's span is current, not the generator's
+            gen_out.append((item, current_name()))
+            with otel.span(f"consumer-{item}"):
+                pass
+        agen_out = []
+        async for item in async_generator(2):
+            agen_out.append((item, current_name()))
+        assert current_name() == "caller"
+
+    assert gen_out == [(0, "caller"), (1, "caller"), (2, "caller")]
+    assert agen_out == [(0, "caller"), (1, "caller")]
+    assert seen == {
+        "plain": [f"{test_decorator_all_function_kinds.__qualname__}.<locals>.plain"],
+        "coroutine": ["coroutine"],
+        "generator": ["generator"] * 3,
+        "async-generator": ["async-generator"] * 2,
+    }
+
+    spans = collect(otel, otlp_receiver, 1 + 1 + 1 + 1 + 1 + 3 + 3 + 2)
+    caller = one(spans, "caller")
+    plain_span = one(spans, f"{test_decorator_all_function_kinds.__qualname__}.<locals>.plain")
+    coro = one(spans, "coroutine")
+    gen = one(spans, "generator")
+    agen = one(spans, "async-generator")
+    for span in (plain_span, coro, gen, agen):
+        assert span.parent_span_id == caller.span_id
+        assert span.status_code == "UNSET"
+    assert coro.kind == "CLIENT"
+    assert coro.attributes["fixed"] == "attr"
+    for i in range(3):
+        item = one(spans, f"gen-item-{i}")
+        assert item.parent_span_id == gen.span_id  # code inside the generator sees its span
+        assert gen.start_time_unix_nano <= item.start_time_unix_nano
+        assert item.end_time_unix_nano <= gen.end_time_unix_nano  # the span covers the iteration
+        assert one(spans, f"consumer-{i}").parent_span_id == caller.span_id
+    assert one(spans, "consumer-2").end_time_unix_nano <= gen.end_time_unix_nano
+    for i in range(2):
+        item = one(spans, f"agen-item-{i}")
+        assert item.parent_span_id == agen.span_id
+        assert agen.start_time_unix_nano <= item.start_time_unix_nano
+        assert item.end_time_unix_nano <= agen.end_time_unix_nano
+
+
+def test_generator_protocol_send_throw_close_and_return(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+
+    @otel.traced("echo")
+    def echo() -> Iterator[str]:
+        received = yield "ready"
+        while True:
+            try:
+                received = yield f"got {received}"
+            except ValueError as exc:
+                received = f"handled {exc}"
+
+    @otel.traced("returns")
+    def returns() -> Iterator[int]:
+        yield 1
+        return 42
+
+    def delegate() -> Iterator[int]:
+        result = yield from returns()
+        yield result
+
+    gen = echo()
+    assert next(gen) == "ready"
+    assert gen.send("a") == "got a"
+    assert gen.throw(ValueError("boom")) == "got handled boom"
+    gen.close()  # closing early ends the span (not as an error)
+    assert list(delegate()) == [1, 42]
+
+    spans = collect(otel, otlp_receiver, 2)
+    assert one(spans, "echo").status_code == "UNSET"
+    assert one(spans, "returns").status_code == "UNSET"
+
+
+async def test_async_generator_closed_early_ends_span(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+
+    @otel.traced("stream")
+    async def stream() -> AsyncIterator[int]:
+        for i in range(10):
+            yield i
+
+    agen = stream()
+    assert [await agen.__anext__(), await agen.__anext__()] == [0, 1]
+    await agen.aclose()  # type: ignore[attr-defined]
+    span = one(collect(otel, otlp_receiver, 1), "stream")
+    assert span.status_code == "UNSET"
+    assert current_name() is None
+
+
+async def test_user_exceptions_pass_through_unchanged(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str
+) -> None:
+    otel = make_otel(protocol)
+    errors = {name: RuntimeError(name) for name in ("sync", "async", "gen", "agen", "explicit")}
+
+    @otel.traced("sync")
+    def fail_sync() -> None:
+        raise errors["sync"]
+
+    @otel.traced("async")
+    async def fail_async() -> None:
+        await asyncio.sleep(0)
+        raise errors["async"]
+
+    @otel.traced("gen")
+    def fail_gen() -> Iterator[int]:
+        yield 1
+        raise errors["gen"]
+
+    @otel.traced("agen")
+    async def fail_agen() -> AsyncIterator[int]:
+        yield 1
+        raise errors["agen"]
+
+    def explicit() -> None:
+        span = otel.span_begin("explicit")
+        try:
+            raise errors["explicit"]
+        except RuntimeError as exc:
+            otel.span_failure(span, exc)
+            raise
+
+    with pytest.raises(RuntimeError) as caught:
+        fail_sync()
+    assert caught.value is errors["sync"]
+    assert_raised_here(caught.value, "fail_sync")
+    with pytest.raises(RuntimeError) as caught:
+        await fail_async()
+    assert caught.value is errors["async"]
+    assert_raised_here(caught.value, "fail_async")
+    with pytest.raises(RuntimeError) as caught:
+        list(fail_gen())
+    assert caught.value is errors["gen"]
+    assert_raised_here(caught.value, "fail_gen")
+    with pytest.raises(RuntimeError) as caught:
+        async for _ in fail_agen():
+            pass
+    assert caught.value is errors["agen"]
+    assert_raised_here(caught.value, "fail_agen")
+    with pytest.raises(RuntimeError) as caught:
+        explicit()
+    assert caught.value is errors["explicit"]
+    assert_raised_here(caught.value, "explicit")
+    assert current_name() is None
+
+    spans = collect(otel, otlp_receiver, 5)
+    for name in errors:
+        span = one(spans, name)
+        assert span.status_code == "ERROR", name
+        assert span.attributes["error.type"] == "RuntimeError"
+        assert span.attributes["kaos.outcome"] == "error"
+        (event,) = span.events
+        assert event.name == "exception"
+        assert event.attributes["exception.type"] == "RuntimeError"
+        assert event.attributes["exception.stacktrace"]
+
+
+# --- context integrity ----------------------------------------------------------------------
+
+
+def test_out_of_order_end_never_corrupts_context(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    otel = make_otel()
+    with otel.span("outer"):
+        a = otel.span_begin("a")
+        b = otel.span_begin("b")
+        otel.span_success(a)  # ended before its child
+        assert current_name() == "b"
+        c = otel.span_begin("c")
+        otel.span_success(c)
+        assert current_name() == "b"
+        otel.span_success(b)  # a is gone: the nearest open ancestor is current again
+        assert current_name() == "outer"
+        d = otel.span_begin("d")
+        otel.span_success(d)
+        assert current_name() == "outer"
+    assert current_name() is None
+
+    spans = collect(otel, otlp_receiver, 5)
+    outer = one(spans, "outer")
+    assert one(spans, "a").parent_span_id == outer.span_id
+    assert one(spans, "b").parent_span_id == one(spans, "a").span_id
+    assert one(spans, "c").parent_span_id == one(spans, "b").span_id
+    assert one(spans, "d").parent_span_id == outer.span_id
+    assert_no_detach_errors(caplog)
+
+
+def test_ending_from_another_thread(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    otel = make_otel()
+    in_thread: list[str | None] = []
+    with otel.span("outer"):
+        handle = otel.span_begin("handed-off")
+
+        def end_elsewhere() -> None:
+            in_thread.append(current_name())
+            otel.span_success(handle)
+            in_thread.append(current_name())
+            with otel.span("thread-root"):
+                pass
+
+        worker = threading.Thread(target=end_elsewhere)
+        worker.start()
+        worker.join()
+        assert handle.is_ended
+        after = otel.span_begin("after")  # the ended span is skipped: parent is "outer"
+        otel.span_success(after)
+        assert current_name() == "outer"
+    assert current_name() is None
+    assert in_thread == [None, None]
+
+    spans = collect(otel, otlp_receiver, 4)
+    outer = one(spans, "outer")
+    assert one(spans, "handed-off").parent_span_id == outer.span_id
+    assert one(spans, "after").parent_span_id == outer.span_id
+    assert one(spans, "thread-root").parent_span_id is None
+    assert_no_detach_errors(caplog)
+
+
+async def test_ending_from_another_task(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    otel = make_otel()
+    with otel.span("outer"):
+        handle = otel.span_begin("handed-off")
+
+        async def end_elsewhere() -> str | None:
+            otel.span_success(handle)  # this task's context had it current: restored here only
+            return current_name()
+
+        assert await asyncio.create_task(end_elsewhere()) == "outer"
+        child = otel.span_begin("after")
+        otel.span_success(child)
+    assert current_name() is None
+
+    spans = collect(otel, otlp_receiver, 3)
+    outer = one(spans, "outer")
+    assert one(spans, "handed-off").parent_span_id == outer.span_id
+    assert one(spans, "after").parent_span_id == outer.span_id
+    assert_no_detach_errors(caplog)
+
+
+async def test_nested_tasks_keep_their_parents(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    otel = make_otel(protocol)
+
+    async def leaf(name: str) -> None:
+        with otel.span(name):
+            await asyncio.sleep(0.01)
+
+    async def branch(name: str) -> None:
+        span = otel.span_begin(name)
+        try:
+            # interleaved with the sibling branch: each keeps its own current span
+            await asyncio.sleep(0.005)
+            await asyncio.gather(leaf(f"{name}.leaf1"), asyncio.create_task(leaf(f"{name}.leaf2")))
+            assert current_name() == name
+        finally:
+            otel.span_success(span)
+
+    with otel.span("request"):
+        await asyncio.gather(asyncio.create_task(branch("b1")), asyncio.create_task(branch("b2")))
+        assert current_name() == "request"
+
+    spans = collect(otel, otlp_receiver, 7)
+    request = one(spans, "request")
+    for name in ("b1", "b2"):
+        branch_span = one(spans, name)
+        assert branch_span.parent_span_id == request.span_id
+        for leaf_name in (f"{name}.leaf1", f"{name}.leaf2"):
+            assert one(spans, leaf_name).parent_span_id == branch_span.span_id
+            assert one(spans, leaf_name).trace_id == request.trace_id
+    assert_no_detach_errors(caplog)
+
+
+async def test_thread_pool_work_keeps_its_parent(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str
+) -> None:
+    otel = make_otel(protocol)
+
+    def work(name: str) -> str | None:
+        parent = current_name()
+        with otel.span(name):
+            pass
+        return parent
+
+    with ThreadPoolExecutor(max_workers=2) as pool, otel.span("request"):
+        assert submit_in_context(pool, work, "submitted").result() == "request"
+        assert await run_in_executor_in_context(pool, work, "run-in-executor") == "request"
+        assert await run_in_executor_in_context(None, work, "default-executor") == "request"
+        assert await asyncio.to_thread(work, "to-thread") == "request"
+        # without the helpers a pool thread does not see the caller's span
+        assert pool.submit(work, "plain-submit").result() is None
+
+    spans = collect(otel, otlp_receiver, 6)
+    request = one(spans, "request")
+    for name in ("submitted", "run-in-executor", "default-executor", "to-thread"):
+        assert one(spans, name).parent_span_id == request.span_id, name
+        assert one(spans, name).trace_id == request.trace_id
+    assert one(spans, "plain-submit").parent_span_id is None
