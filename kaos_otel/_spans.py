@@ -29,6 +29,7 @@ from kaos_otel.catalog import Outcome
 
 _HANDLE_KEY = otel_context.create_key("kaos_otel.span_handle")
 _ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
+_OVERRIDDEN_BY_EXCEPTION = frozenset({None, Outcome.SUCCESS, Outcome.DEGRADED})
 
 F = TypeVar("F", bound=Callable[..., Any])
 EndCallback = Callable[["SpanHandle", float], None]
@@ -140,9 +141,11 @@ class SpanHandle:
         if self._ended:
             return
         canceled = isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt)
-        if self._outcome in (None, Outcome.SUCCESS):
+        if self._outcome in _OVERRIDDEN_BY_EXCEPTION:
+            # An exception ending the operation outranks success or an earlier degradation.
             self._outcome = Outcome.CANCELED if canceled else Outcome.ERROR
-        if self._error_type is None:
+            self._error_type = type(exc).__qualname__
+        elif self._error_type is None:
             self._error_type = type(exc).__qualname__
         try:
             self.record_exception(exc)
