@@ -24,7 +24,7 @@ import httpx
 from instrumented_agent.config import USER_ID_HEADER
 from instrumented_agent.server import TRACE_ID_HEADER
 from instrumented_agent.supervisor import StartupError, Supervisor
-from instrumented_agent.system import System, start_system
+from instrumented_agent.system import System, otlp_env, start_system
 from kaos_otel import catalog
 from kaos_otel._trace_tree import render_trace_trees
 from kaos_otel.receiver import OtlpReceiver, ReceivedMetricPoint, ReceivedSpan
@@ -160,8 +160,7 @@ def run_demo(
     telemetry_file = workdir / "telemetry.otlp.jsonl"
     if not external:
         receiver = OtlpReceiver(json_path=telemetry_file).start()
-        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.grpc_endpoint
-        env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
+        env = otlp_env(receiver.grpc_endpoint, env)
     results: list[ScenarioResult] = []
     supervisor = Supervisor(workdir, env=env, startup_timeout_s=startup_timeout_s)
     try:

@@ -8,12 +8,15 @@ trace context the client put in ``params._meta``. The spans go to the global tra
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from kaos_otel import run_in_executor_in_context
 
 __all__ = ["MCP_PATH", "McpServerKind", "create_mcp_app", "create_mcp_server"]
 
@@ -35,14 +38,22 @@ def _calculator() -> MCPServer:
     return server
 
 
+def _search(message: str) -> str:
+    """The blocking "search backend" (runs in a worker thread)."""
+    _log.info("searching for %d characters", len(message))
+    return f"echo: {message}"
+
+
 def _echo() -> MCPServer:
     server = MCPServer("echo-search", instructions="A search tool that echoes the query back.")
+    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="echo-search")
 
     @server.tool()
-    def echo(message: str) -> str:
+    async def echo(message: str) -> str:
         """Search for a message (returns the message itself)."""
-        _log.info("echo called with %d characters", len(message))
-        return f"echo: {message}"
+        # A plain thread pool does not copy the context; the helper does, so the worker's log
+        # records carry the trace and the span of this tool call.
+        return await run_in_executor_in_context(pool, _search, message)
 
     return server
 

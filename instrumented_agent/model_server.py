@@ -11,7 +11,8 @@ present. Scripts:
 - analyst (offered ``add``): calls ``add`` with the first two numbers of the task (default 2, 3),
   then answers with the sum.
 - a message containing ``forever`` keeps calling the first tool (to exhaust budgets); one
-  containing ``model error`` gets HTTP 500.
+  containing ``missing tool`` calls a tool nobody offers; one containing ``model error`` gets
+  HTTP 500.
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ def scripted_reply(request: ChatRequest) -> ChatMessage:
     lowered = task.lower()
     if "model error" in lowered:
         raise ScriptedModelError("scripted model error requested by the conversation")
+    if "missing tool" in lowered:
+        return _call("missing_tool", {}, len(calls))
     if "forever" in lowered and tools:
         tool = sorted(tools)[0]
         arguments = {"message": task} if tool == "echo" else {"a": 1, "b": 1}

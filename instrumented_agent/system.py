@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from instrumented_agent.mcp_servers import MCP_PATH
 from instrumented_agent.supervisor import RunningService, ServiceSpec, Supervisor
 
-__all__ = ["MODEL_NAME", "System", "start_system"]
+__all__ = ["MODEL_NAME", "System", "agent_spec", "otlp_env", "start_system"]
 
 MODEL_NAME = "scripted-model"
 
@@ -31,14 +32,34 @@ class System:
         return self.services["coordinator"].url
 
 
-def _agent(
+def otlp_env(
+    endpoint: str, base: Mapping[str, str] | None = None, *, export_delay_ms: int | None = None
+) -> dict[str, str]:
+    """``base`` (default ``os.environ``) with OTLP/gRPC export to ``endpoint``.
+
+    ``export_delay_ms`` shortens the span/log batch delay and the metric interval (for tests).
+    """
+    env = dict(os.environ if base is None else base)
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
+    if export_delay_ms is not None:
+        delay = str(export_delay_ms)
+        env.update(
+            OTEL_BSP_SCHEDULE_DELAY=delay, OTEL_BLRP_SCHEDULE_DELAY=delay, OTEL_METRIC_EXPORT_INTERVAL=delay
+        )
+    return env
+
+
+def agent_spec(
     name: str,
     model: RunningService,
     mcp: Sequence[RunningService] = (),
     sub_agents: Sequence[RunningService] = (),
     extra_args: Sequence[str] = (),
 ) -> ServiceSpec:
-    args = ["agent", "--name", name, "--instructions", _INSTRUCTIONS[name]]
+    """An agent using the scripted ``model``, the ``mcp`` servers and the ``sub_agents``."""
+    instructions = _INSTRUCTIONS.get(name, "You are a helpful agent.")
+    args = ["agent", "--name", name, "--instructions", instructions]
     args += ["--model-url", f"{model.url}/v1", "--model", MODEL_NAME]
     for server in mcp:
         args += ["--mcp-server", server.url + MCP_PATH]
@@ -57,10 +78,10 @@ def start_system(
     model = supervisor.spawn(ServiceSpec("model", ["model", "--latency-ms", f"{model_latency_ms:g}"]))
     calculator = supervisor.spawn(ServiceSpec("mcp-calculator", ["mcp", "calculator"]))
     echo = supervisor.spawn(ServiceSpec("mcp-echo", ["mcp", "echo"]))
-    researcher = supervisor.spawn(_agent("researcher", model, mcp=[echo], extra_args=agent_args))
-    analyst = supervisor.spawn(_agent("analyst", model, mcp=[calculator], extra_args=agent_args))
+    researcher = supervisor.spawn(agent_spec("researcher", model, mcp=[echo], extra_args=agent_args))
+    analyst = supervisor.spawn(agent_spec("analyst", model, mcp=[calculator], extra_args=agent_args))
     coordinator = supervisor.spawn(
-        _agent("coordinator", model, sub_agents=[researcher, analyst], extra_args=agent_args)
+        agent_spec("coordinator", model, sub_agents=[researcher, analyst], extra_args=agent_args)
     )
     started = [model, calculator, echo, researcher, analyst, coordinator]
     supervisor.wait_ready(started)
