@@ -29,18 +29,23 @@ BOUNDED_KEYS = (
 )
 
 
+def is_kaos_meter(meter_name: str | None) -> bool:
+    """Whether a meter is kaos-otel's own (``kaos_otel`` or one of its instrumentations)."""
+    return meter_name is not None and (meter_name == METER_NAME or meter_name.startswith(METER_NAME + "."))
+
+
 def metric_views(*, drop_unlisted: bool = True) -> list[View]:
     """One View per catalog metric (allowed label keys, explicit buckets); others dropped.
 
-    The catalog's Views match only kaos-otel's own meter. Everything else on the provider is
-    dropped, including another library's instrument that shares a catalog name (such as an
-    instrumentation's ``gen_ai.client.operation.duration``): its label values are not bounded
-    and it would count the same calls twice.
+    The catalog's Views match only kaos-otel's own meters (``kaos_otel`` and its
+    instrumentations' ``kaos_otel.*``). Everything else on the provider is dropped, including
+    another library's instrument that shares a catalog name (such as an instrumentation's
+    ``gen_ai.client.operation.duration``): its label values are not bounded and it would count
+    the same calls twice.
     """
-    views = [
-        View(
+    views: list[View] = [
+        _CatalogView(
             instrument_name=spec.name,
-            meter_name=METER_NAME,
             attribute_keys=set(spec.attributes),
             aggregation=ExplicitBucketHistogramAggregation(list(spec.buckets)) if spec.buckets else None,
         )
@@ -52,18 +57,27 @@ def metric_views(*, drop_unlisted: bool = True) -> list[View]:
     return views
 
 
+def _meter_of(instrument: object) -> str | None:
+    name = getattr(getattr(instrument, "instrumentation_scope", None), "name", None)
+    return name if isinstance(name, str) else None
+
+
+class _CatalogView(View):
+    """A catalog metric's View, matching only instruments of kaos-otel's own meters."""
+
+    def _match(self, instrument: object) -> bool:
+        return is_kaos_meter(_meter_of(instrument)) and bool(super()._match(instrument))  # type: ignore[arg-type]
+
+
 class _DropUnlistedView(View):
-    """Drops every instrument that is not a catalog metric on kaos-otel's meter."""
+    """Drops every instrument that is not a catalog metric on one of kaos-otel's meters."""
 
     def __init__(self, listed: set[str]) -> None:
         super().__init__(instrument_name="*", aggregation=DropAggregation())
         self._listed = listed
 
     def _match(self, instrument: object) -> bool:
-        scope = getattr(instrument, "instrumentation_scope", None)
-        ours = (
-            getattr(scope, "name", None) == METER_NAME and getattr(instrument, "name", None) in self._listed
-        )
+        ours = is_kaos_meter(_meter_of(instrument)) and getattr(instrument, "name", None) in self._listed
         return not ours and bool(super()._match(instrument))  # type: ignore[arg-type]
 
 

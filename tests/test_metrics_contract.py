@@ -26,6 +26,7 @@ KNOWN_AGENTS = ("planner", "researcher")
 KNOWN_TOOLS = ("web_search", "calculator", "read_file")
 KNOWN_MODELS = {"gpt-4o-mini": "openai", "claude-haiku-4": "anthropic"}
 UNKNOWN_MEMORY_OPERATION = "reindex_memory"
+MEM0_METER = "kaos_otel.instrumentation.mem0"
 ABSENT = "<absent>"
 """Stands for 'this optional label key is not on the point' when counting a key's values."""
 
@@ -213,6 +214,25 @@ def record_foreign_metrics(otel: KaosOtelManager, driven: Driven) -> None:
             },
         )
     driven.invented |= {f"foreign-model-{i}" for i in range(200)}
+    # A meter whose name merely starts like kaos-otel's is somebody else's.
+    lookalike = otel.meter_provider.get_meter("kaos_otel_contrib")
+    lookalike.create_counter(catalog.KAOS_REQUESTS).add(1, leaky)
+    # kaos-otel's own instrumentations (meter "kaos_otel.<name>") record catalog metrics; the
+    # Views strip attributes outside the allow-list from them too.
+    mem0 = otel.meter_provider.get_meter(MEM0_METER)
+    spec = catalog.METRICS_BY_NAME[catalog.KAOS_MEMORY_OPERATIONS]
+    mem0.create_counter(spec.name, unit=spec.unit, description=spec.description).add(
+        1,
+        {
+            catalog.KAOS_MEMORY_TIER: MemoryTier.LONG_TERM.value,
+            catalog.KAOS_MEMORY_OPERATION: "search_memory",
+            catalog.KAOS_MEMORY_SCOPE: MemoryScope.USER.value,
+            catalog.KAOS_OUTCOME: Outcome.SUCCESS.value,
+            catalog.GEN_AI_MEMORY_RECORD_ID: "mem-foreign-0001",
+            **leaky,
+        },
+    )
+    driven.secrets.add("mem-foreign-0001")
     # The catalog instrument itself, recorded directly with attributes outside its allow-list:
     # the View must strip them.
     kaos_meter = otel.meter_provider.get_meter("kaos_otel")
@@ -274,7 +294,9 @@ def test_thousand_requests_keep_the_metric_contract(
 
     # Nothing the catalog lacks, nothing from another scope, and every catalog metric is there.
     assert set(grouped) - set(catalog.METRICS_BY_NAME) == set(), "metrics the catalog does not list"
-    assert {p.scope_name for p in points} == {"kaos_otel"}, "another library's metric got through"
+    scopes = {p.scope_name for p in points}
+    assert scopes == {"kaos_otel", MEM0_METER}, "another library's metric got through"
+    assert {p.name for p in points if p.scope_name == MEM0_METER} == {catalog.KAOS_MEMORY_OPERATIONS}
     assert set(catalog.METRICS_BY_NAME) - set(grouped) == set(), "catalog metrics never seen"
 
     # No id, prompt text or URL in any attribute value of any point (not even as a substring).
