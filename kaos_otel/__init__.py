@@ -8,6 +8,7 @@ Names of everything emitted live in :mod:`kaos_otel.catalog`.
 from kaos_otel._config import ContentCapture, Protocol, TelemetrySettings, TrustPolicy
 from kaos_otel._content import ContentPolicy, default_redactor
 from kaos_otel._manager import KaosOtelManager
+from kaos_otel._metrics import metric_views
 from kaos_otel._spans import SpanHandle
 from kaos_otel._telemetry import AgentRun, AgentTelemetry, MemoryOperation, ModelCall
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome
@@ -31,6 +32,7 @@ __all__ = [
     "TrustPolicy",
     "configure",
     "default_redactor",
+    "metric_views",
     "run_in_executor_in_context",
     "submit_in_context",
     "wrap_in_context",

@@ -10,15 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel import catalog
 from kaos_otel._content import ContentPolicy
-from kaos_otel._metrics import KaosMetrics
+from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
 from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome
+from kaos_otel.exporters.health import TelemetryHealth
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,6 +94,24 @@ class AgentTelemetry:
         self._spans = SpanFactory(tracer, policy)
         self._metrics = metrics
         self._enabled = enabled
+
+    @classmethod
+    def from_providers(
+        cls,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        *,
+        policy: ContentPolicy | None = None,
+        health: TelemetryHealth | None = None,
+    ) -> AgentTelemetry:
+        """Domain helpers on providers you built (default: the global ones).
+
+        Build the meter provider with :func:`kaos_otel.metric_views` so the label contract holds,
+        e.g. around a ``PrometheusMetricReader``. ``health`` adds ``kaos.telemetry.dropped``.
+        """
+        tracer = trace.get_tracer(METER_NAME, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(METER_NAME, meter_provider=meter_provider)
+        return cls(tracer, KaosMetrics(meter, LabelBounds(), health), policy or ContentPolicy())
 
     @property
     def enabled(self) -> bool:
