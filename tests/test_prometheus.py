@@ -1,0 +1,220 @@
+"""The catalog's Prometheus names, checked against a real Prometheus scraping the SDK.
+
+The SDK's metrics are served by ``PrometheusMetricReader`` on a meter provider built with
+:func:`kaos_otel.metric_views`; the Debian ``prometheus`` binary (installed by ``.ci/run``)
+scrapes them every second. Every catalog metric must appear under ``MetricSpec.prometheus``
+(with ``_bucket``/``_count``/``_sum`` for histograms) with exactly the label names
+``catalog.prometheus_label`` gives, and nothing else may appear.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import CollectorRegistry, start_http_server
+
+from kaos_otel import AgentTelemetry, MemoryScope, MemoryTier, Outcome, catalog, metric_views
+from kaos_otel.catalog import MetricSpec
+from kaos_otel.exporters import TelemetryHealth
+
+SCRAPE_TIMEOUT_S = 30.0
+# Series Prometheus itself adds for every scrape, and the exporter's resource info.
+SCRAPE_SERIES = {
+    "up",
+    "scrape_duration_seconds",
+    "scrape_samples_scraped",
+    "scrape_samples_post_metric_relabeling",
+    "scrape_series_added",
+    "target_info",
+}
+# Labels Prometheus or the exporter add to every series: target, bucket bound, meter scope.
+ADDED_LABELS = {"__name__", "job", "instance", "le"}
+SCOPE_LABEL_PREFIX = "otel_scope_"
+
+
+class ModelError(Exception):
+    """The model failed."""
+
+
+def series_names(spec: MetricSpec) -> set[str]:
+    if spec.instrument == "histogram":
+        return {f"{spec.prometheus}_{suffix}" for suffix in ("bucket", "count", "sum")}
+    return {spec.prometheus}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)
+
+
+def exercise_every_metric(otel: AgentTelemetry, health: TelemetryHealth) -> None:
+    otel.register_known_names("planner", tools=["web_search"], models=["gpt-4o-mini"], targets=["researcher"])
+    with otel.invoke_agent("planner", session_id="sess-1", user_id="u-1", max_steps=4) as run:
+        with otel.agent_step(run):
+            with otel.memory_operation(MemoryTier.LONG_TERM, "search_memory", scope=MemoryScope.USER):
+                pass
+            with otel.model_call("planner", "gpt-4o-mini") as call:
+                call.record_usage(100, 20)
+            try:
+                with otel.model_call("planner", "gpt-4o-mini"):
+                    raise ModelError("HTTP 500")  # puts error.type on gen_ai.client.operation.duration
+            except ModelError:
+                pass
+            with otel.tool_call("planner", "web_search"):
+                pass
+            with otel.delegation("planner", "researcher"):
+                pass
+        otel.record_window_tokens("planner", 2048)
+        otel.record_compaction("planner")
+        otel.record_extraction_lag("planner", 3.5, Outcome.SUCCESS)
+    health.record_drop("traces", "queue_full", 2)
+
+
+@pytest.fixture
+def sdk_metrics_port() -> Iterator[int]:
+    """A port serving the SDK's metrics (every catalog metric recorded once) in Prometheus format."""
+    registry = CollectorRegistry()
+    reader = PrometheusMetricReader(registry=registry)
+    provider = MeterProvider(
+        metric_readers=[reader],
+        views=metric_views(),
+        resource=Resource.create({"service.name": "prometheus-test"}),
+        shutdown_on_exit=False,
+    )
+    tracer_provider = TracerProvider(shutdown_on_exit=False)
+    health = TelemetryHealth()
+    exercise_every_metric(AgentTelemetry.from_providers(tracer_provider, provider, health=health), health)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+        provider.shutdown()
+        tracer_provider.shutdown()
+
+
+@pytest.fixture
+def prometheus_url(tmp_path: Path, sdk_metrics_port: int) -> Iterator[str]:
+    """A real Prometheus scraping the SDK every second; stopped by PID afterwards."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail(
+            "the `prometheus` binary is not on PATH: .ci/run installs it "
+            "(apt-get install --no-install-recommends prometheus); this test needs a real Prometheus"
+        )
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n"
+        "  scrape_interval: 1s\n"
+        "  scrape_timeout: 1s\n"
+        "scrape_configs:\n"
+        "  - job_name: kaos-otel\n"
+        "    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{sdk_metrics_port}']\n",
+        encoding="utf-8",
+    )
+    port = free_port()
+    log = (tmp_path / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+        log.close()
+
+
+def wait_for_target_up(base: str, log: Path) -> None:
+    deadline = time.monotonic() + SCRAPE_TIMEOUT_S
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            targets = get_json(f"{base}/api/v1/targets")["data"]["activeTargets"]
+            last = [(t["scrapeUrl"], t["health"], t["lastError"]) for t in targets]
+            if targets and all(t["health"] == "up" for t in targets):
+                return
+        except OSError as exc:  # not listening yet
+            last = exc
+        time.sleep(0.25)
+    pytest.fail(f"Prometheus never scraped the SDK: {last}\n{log.read_text(errors='replace')[-2000:]}")
+
+
+def metric_names(base: str, expected: set[str]) -> set[str]:
+    """``__name__`` values, once all expected ones are there (or the deadline passes)."""
+    deadline = time.monotonic() + SCRAPE_TIMEOUT_S
+    names: set[str] = set()
+    while time.monotonic() < deadline:
+        names = set(get_json(f"{base}/api/v1/label/__name__/values")["data"])
+        if expected <= names:
+            break
+        time.sleep(0.25)
+    return names
+
+
+def label_names(base: str, series: str) -> set[str]:
+    query = urllib.parse.urlencode({"match[]": series})
+    found = get_json(f"{base}/api/v1/series?{query}")["data"]
+    return {key for labels in found for key in labels}
+
+
+def test_catalog_prometheus_names_match_a_real_prometheus(prometheus_url: str, tmp_path: Path) -> None:
+    wait_for_target_up(prometheus_url, tmp_path / "prometheus.log")
+    expected = {name for spec in catalog.METRICS for name in series_names(spec)}
+    names = metric_names(prometheus_url, expected)
+
+    assert expected - names == set(), f"catalog series missing in Prometheus; it has {sorted(names)}"
+    assert names - expected - SCRAPE_SERIES == set(), "series the catalog does not document"
+
+    for spec in catalog.METRICS:
+        documented = {catalog.prometheus_label(key) for key in spec.attributes}
+        required = {catalog.prometheus_label(key) for key in spec.required_attributes}
+        for series in series_names(spec):
+            labels = label_names(prometheus_url, series)
+            own = {label for label in labels - ADDED_LABELS if not label.startswith(SCOPE_LABEL_PREFIX)}
+            assert required <= own <= documented, (
+                f"{series}: labels {sorted(own)}, catalog {sorted(documented)}"
+            )
+            if series.endswith("_bucket"):
+                assert "le" in labels, series
+    # error.type was recorded once, so its label must show up where the catalog allows it.
+    duration = catalog.METRICS_BY_NAME[catalog.GEN_AI_CLIENT_OPERATION_DURATION]
+    assert catalog.prometheus_label(catalog.ERROR_TYPE) in label_names(
+        prometheus_url, f"{duration.prometheus}_count"
+    )
