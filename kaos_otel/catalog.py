@@ -614,3 +614,155 @@ def catalog_as_dict() -> dict[str, Any]:
         "memory_operations": list(MEMORY_OPERATIONS),
         "outcomes": [outcome.value for outcome in Outcome],
     }
+
+
+# --- docs/metrics.md ------------------------------------------------------------------------
+_OUTCOME_MEANINGS = {
+    Outcome.SUCCESS: "finished and did what was asked",
+    Outcome.ERROR: "ended by an exception, or an error the agent caught and reported with `set_outcome`",
+    Outcome.MAX_STEPS: "the run used its step budget without an answer",
+    Outcome.CANCELED: "canceled (`asyncio.CancelledError`, client gone)",
+    Outcome.DEGRADED: "finished without a dependency, e.g. memory backend down and the agent went on",
+}
+_BOUNDED_NAME_KEYS = (
+    GEN_AI_AGENT_NAME,
+    GEN_AI_TOOL_NAME,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_PROVIDER_NAME,
+    KAOS_DELEGATION_TARGET,
+    ERROR_TYPE,
+)
+
+
+def _numbers(values: tuple[float, ...]) -> str:
+    return ", ".join(str(int(v)) if float(v).is_integer() else str(float(v)) for v in values)
+
+
+def _code(values: list[str] | tuple[str, ...]) -> str:
+    return ", ".join(f"`{v}`" for v in values)
+
+
+def _series(spec: MetricSpec) -> tuple[list[str], list[str]]:
+    """(Prometheus series, SigNoz names) of one metric."""
+    if spec.instrument == "histogram":
+        return (
+            [f"{spec.prometheus}_{s}" for s in ("bucket", "count", "sum")],
+            [spec.signoz, f"{spec.name}.count", f"{spec.name}.sum"],
+        )
+    return [spec.prometheus], [spec.signoz]
+
+
+def metrics_markdown() -> str:
+    """``docs/metrics.md``: every metric with unit, buckets, labels and backend names."""
+    closed_values = {
+        KAOS_OUTCOME: [o.value for o in Outcome],
+        KAOS_MEMORY_TIER: [t.value for t in MemoryTier],
+        KAOS_MEMORY_OPERATION: [*MEMORY_OPERATIONS, MEMORY_OPERATION_OTHER],
+        KAOS_MEMORY_SCOPE: [*(s.value for s in MemoryScope), MEMORY_SCOPE_NONE],
+        GEN_AI_OPERATION_NAME: ["chat"],
+        GEN_AI_TOKEN_TYPE: ["input", "output"],
+        KAOS_TELEMETRY_SIGNAL: ["traces", "metrics", "logs"],
+        KAOS_TELEMETRY_REASON: ["queue_full", "export_failed", "shutdown"],
+    }
+    lines = [
+        "# Metrics",
+        "",
+        "<!-- Generated from kaos_otel/catalog.py by",
+        "     `python -m kaos_otel.catalog --markdown > docs/metrics.md`;",
+        "     tests/test_catalog.py fails when this file and the catalog differ. -->",
+        "",
+        "Every metric kaos-otel records. The names, units, buckets and label keys below are enforced:",
+        "`tests/test_metrics_contract.py` checks them at an OTLP receiver and `tests/test_prometheus.py`",
+        "checks the Prometheus names against a real Prometheus.",
+        "",
+        "## Units and buckets",
+        "",
+        "- Durations are in **seconds** (unit `s`), as the OpenTelemetry semantic conventions",
+        "  recommend; counts use curly-brace annotations (`{request}`, `{token}`...).",
+        "- Every histogram has explicit bucket boundaries (SigNoz drops exponential histograms).",
+        f"- kaos duration histograms span 5 ms to 10 minutes: {_numbers(DURATION_BUCKETS_S)}.",
+        "- The GenAI client metrics use the buckets the convention prescribes:",
+        f"  `{GEN_AI_CLIENT_OPERATION_DURATION}` {_numbers(GEN_AI_DURATION_BUCKETS_S)};",
+        f"  `{GEN_AI_CLIENT_TOKEN_USAGE}` {_numbers(GEN_AI_TOKEN_BUCKETS)}.",
+        f"- Steps per request: {_numbers(STEP_BUCKETS)}.",
+        f"- Short-term window tokens: {_numbers(WINDOW_TOKEN_BUCKETS)}.",
+        "",
+        "## Labels",
+        "",
+        "- Each metric has an allow-list of label keys (below), enforced by SDK Views",
+        "  (`kaos_otel.metric_views()`): any other attribute never reaches a metric. Ids stay on",
+        f"  spans and logs only: {_code(sorted(HIGH_CARDINALITY_KEYS))}.",
+        f"- Names that can come from model output ({_code(_BOUNDED_NAME_KEYS)}) are bounded: names",
+        "  registered with `register_known_names` are kept, any other becomes",
+        f"  `{OVERFLOW_VALUE}`; without registered names the first {LABEL_VALUE_CAP} distinct values",
+        f"  of a key are kept and later ones become `{OVERFLOW_VALUE}`.",
+        f"- {_code(sorted(OPTIONAL_METRIC_LABELS))} is present only on failed calls.",
+        "- *Max label sets* is the product of each key's bound (its closed set of values, or",
+        f"  {LABEL_VALUE_CAP} plus `{OVERFLOW_VALUE}`, plus one where a key may be absent).",
+        "- Metrics of other libraries recorded on the same meter provider are dropped, including",
+        "  another library's instrument that shares a catalog name (its values are not bounded and",
+        "  it would count calls twice); kaos-otel's own instrumentations (meters `kaos_otel.*`) are",
+        "  kept.",
+        "",
+        "Outcomes (`kaos.outcome`):",
+        "",
+        *(f"- `{outcome.value}`: {meaning}" for outcome, meaning in _OUTCOME_MEANINGS.items()),
+        "",
+        "## Names in backends",
+        "",
+        "- **Prometheus** (the collector's `prometheus` exporter and the SDK's `PrometheusMetricReader`",
+        "  agree): dots become underscores, the unit is appended (`s` -> `_seconds`; annotations",
+        "  such as `{token}` are dropped), counters end in `_total`, histograms are",
+        "  `_bucket` (label `le`), `_count` and `_sum`. Scrapes add `job` and `instance`; the exporter",
+        "  adds `otel_scope_name` / `otel_scope_version`, and resource attributes go to `target_info`.",
+        "- **SigNoz** keeps the OpenTelemetry names and label keys as they are; a histogram `x` is",
+        "  queried as `x.bucket` (label `le`), `x.count` and `x.sum` (also `x.min`, `x.max`).",
+        "",
+        "## Metrics",
+        "",
+        "| Metric | Instrument | Unit | Label keys | Max label sets | Prometheus | SigNoz | Description |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for spec in METRICS:
+        prometheus, signoz = _series(spec)
+        buckets = f" ({len(spec.buckets)} buckets)" if spec.buckets else ""
+        lines.append(
+            f"| `{spec.name}` | {spec.instrument}{buckets} | `{spec.unit}` | {_code(spec.attributes)} "
+            f"| {spec.max_label_sets} | {_code(prometheus)} | {_code(signoz)} | {spec.description} |"
+        )
+    lines += [
+        "",
+        "## Label keys",
+        "",
+        "| Key | Prometheus label | Values |",
+        "|---|---|---|",
+    ]
+    keys = dict.fromkeys(key for spec in METRICS for key in spec.attributes)
+    for key in keys:
+        if key in closed_values:
+            values = _code(closed_values[key])
+        elif key in _BOUNDED_NAME_KEYS:
+            values = f"registered names or the first {LABEL_VALUE_CAP}, then `{OVERFLOW_VALUE}`"
+        else:
+            values = "-"
+        lines.append(f"| `{key}` | `{prometheus_label(key)}` | {values} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kaos_otel.catalog --markdown`` (docs/metrics.md) or ``--json``."""
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m kaos_otel.catalog", description=__doc__)
+    output = parser.add_mutually_exclusive_group(required=True)
+    output.add_argument("--markdown", action="store_true", help="docs/metrics.md")
+    output.add_argument("--json", action="store_true", help="the whole catalog as JSON")
+    args = parser.parse_args(argv)
+    sys.stdout.write(metrics_markdown() if args.markdown else json.dumps(catalog_as_dict(), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
