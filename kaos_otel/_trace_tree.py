@@ -81,7 +81,14 @@ class _Renderer:
         if span.status_code != "ERROR":
             return
         messages = [
-            f"{e.attributes.get('exception.type', 'exception')}: {e.attributes.get('exception.message', '')}"
+            ": ".join(
+                str(part)
+                for part in (
+                    e.attributes.get("exception.type", "exception"),
+                    e.attributes.get("exception.message"),
+                )
+                if part
+            )
             for e in span.events
             if e.name == "exception"
         ]
