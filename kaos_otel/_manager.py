@@ -164,6 +164,7 @@ class KaosOtelManager(AgentTelemetry):
         policy = ContentPolicy(settings.capture_content, redactor, settings.attribute_value_length_limit)
         self.health = TelemetryHealth()
         self._owned: list[Any] = []
+        self._counting: list[CountingBatchSpanProcessor | CountingLogRecordProcessor] = []
         self._log_handler: logging.Handler | None = None
         self._shutdown_done = False
         self._lock = threading.Lock()
@@ -207,17 +208,15 @@ class KaosOtelManager(AgentTelemetry):
         )
         if settings.exporting:
             exporter = SanitizingSpanExporter(otlp_span_exporter(settings), policy, self.health)
-            provider.add_span_processor(
-                CountingBatchSpanProcessor(
-                    exporter,
-                    self.health,
-                    schedule_delay_millis=settings.span_schedule_delay_ms,
-                    max_queue_size=settings.span_max_queue_size,
-                    max_export_batch_size=min(
-                        settings.span_max_export_batch_size, settings.span_max_queue_size
-                    ),
-                )
+            processor = CountingBatchSpanProcessor(
+                exporter,
+                self.health,
+                schedule_delay_millis=settings.span_schedule_delay_ms,
+                max_queue_size=settings.span_max_queue_size,
+                max_export_batch_size=min(settings.span_max_export_batch_size, settings.span_max_queue_size),
             )
+            self._counting.append(processor)
+            provider.add_span_processor(processor)
         if settings.console:
             provider.add_span_processor(
                 BatchSpanProcessor(SanitizingSpanExporter(ConsoleSpanExporter(), policy, self.health))
@@ -268,7 +267,9 @@ class KaosOtelManager(AgentTelemetry):
                 max_queue_size=settings.log_max_queue_size,
                 max_export_batch_size=min(512, settings.log_max_queue_size),
             )
-            provider.add_log_record_processor(CountingLogRecordProcessor(batch, policy, self.health))
+            log_processor = CountingLogRecordProcessor(batch, policy, self.health)
+            self._counting.append(log_processor)
+            provider.add_log_record_processor(log_processor)
         self._owned.append(provider)
         if global_providers:
             set_logger_provider(provider)
@@ -312,4 +313,10 @@ class KaosOtelManager(AgentTelemetry):
                 else:
                     provider.shutdown()
 
-        return run_with_deadline(stop, timeout, "shutdown")
+        finished = run_with_deadline(stop, timeout, "shutdown")
+        if not finished:
+            # What the pipeline still holds will not be exported in time: count it as lost now,
+            # while someone can still read the count (the process may be about to exit).
+            for processor in self._counting:
+                processor.abandon()
+        return finished

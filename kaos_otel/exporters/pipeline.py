@@ -7,6 +7,7 @@ export thread, never on the request's thread, and they never raise into the SDK.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
@@ -24,6 +25,35 @@ from kaos_otel.exporters.health import TelemetryHealth
 _log = logging.getLogger(__name__)
 
 
+class _InFlight:
+    """Items inside an export call that has not returned yet, and whether they were given up on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._abandoned = False
+
+    def start(self, count: int) -> None:
+        with self._lock:
+            if not self._abandoned:
+                self._count += count
+
+    def finish(self, count: int) -> bool:
+        """The call returned; ``False`` if :meth:`abandon` already counted its items as lost."""
+        with self._lock:
+            if self._abandoned:
+                return False
+            self._count -= count
+            return True
+
+    def abandon(self) -> int:
+        """Give up on the calls in progress (and any later one); returns how many items they held."""
+        with self._lock:
+            self._abandoned = True
+            count, self._count = self._count, 0
+            return count
+
+
 class SanitizingSpanExporter(SpanExporter):
     """Redacts and caps every span attribute, event attribute and status message, then exports."""
 
@@ -31,17 +61,23 @@ class SanitizingSpanExporter(SpanExporter):
         self._inner = inner
         self._policy = policy
         self._health = health
+        self._in_flight = _InFlight()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Export cleaned copies; a failure is counted, never raised."""
+        self._in_flight.start(len(spans))
         try:
             result = self._inner.export([self._clean(span) for span in spans])
         except Exception as exc:
             internal_error("span export", exc)
             result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
+        if self._in_flight.finish(len(spans)) and result is not SpanExportResult.SUCCESS:
             self._health.record_drop("traces", "export_failed", len(spans))
         return result
+
+    def abandon(self) -> int:
+        """Spans in an export still running, now counted by the caller; later results are not counted."""
+        return self._in_flight.abandon()
 
     def _clean(self, span: ReadableSpan) -> ReadableSpan:
         policy = self._policy
@@ -81,17 +117,23 @@ class CountingLogExporter(LogRecordExporter):
     def __init__(self, inner: LogRecordExporter, health: TelemetryHealth) -> None:
         self._inner = inner
         self._health = health
+        self._in_flight = _InFlight()
 
     def export(self, batch: Sequence[ReadWriteLogRecord]) -> LogRecordExportResult:  # type: ignore[override]
         """Export; a failure is counted, never raised."""
+        self._in_flight.start(len(batch))
         try:
             result = self._inner.export(batch)  # type: ignore[arg-type]
         except Exception as exc:
             internal_error("log export", exc)
             result = LogRecordExportResult.FAILURE
-        if result is not LogRecordExportResult.SUCCESS:
+        if self._in_flight.finish(len(batch)) and result is not LogRecordExportResult.SUCCESS:
             self._health.record_drop("logs", "export_failed", len(batch))
         return result
+
+    def abandon(self) -> int:
+        """Records in an export still running, now counted by the caller; later results are not counted."""
+        return self._in_flight.abandon()
 
     def shutdown(self) -> None:
         """Shut the wrapped exporter down."""
@@ -144,6 +186,24 @@ def _count_points(metrics_data: MetricsData) -> int:
     )
 
 
+def _abandon_batch(processor: BatchSpanProcessor | BatchLogRecordProcessor) -> int:
+    """Stop an SDK batch processor from exporting; returns the items it still holds.
+
+    Those are the queued items plus the batch its exporter is still sending. An item caught
+    between the queue and the exporter at this very instant may go uncounted; none is counted twice.
+    """
+    batch = getattr(processor, "_batch_processor", None)
+    if batch is None:
+        return 0
+    batch._shutdown_timeout_exceeded = True  # the worker exports no further batch
+    queue = getattr(batch, "_queue", None)
+    exporter = getattr(batch, "_exporter", None)
+    held = len(queue) if queue is not None else 0
+    if isinstance(exporter, SanitizingSpanExporter | CountingLogExporter):
+        held += exporter.abandon()
+    return held
+
+
 def _queue_is_full(processor: BatchSpanProcessor | BatchLogRecordProcessor) -> bool:
     """Whether the SDK's batch queue is at capacity (the next item pushes one out)."""
     batch = getattr(processor, "_batch_processor", None)
@@ -175,6 +235,11 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         """Stop accepting spans, then shut the SDK processor down."""
         self._closed = True
         super().shutdown()  # type: ignore[no-untyped-call]
+
+    def abandon(self) -> None:
+        """After a missed shutdown deadline: count every span still held as lost, export no more."""
+        self._closed = True
+        self._health.record_drop("traces", "shutdown", _abandon_batch(self))
 
 
 class CountingLogRecordProcessor(LogRecordProcessor):
@@ -214,6 +279,11 @@ class CountingLogRecordProcessor(LogRecordProcessor):
         """Stop accepting records, then shut the batch processor down."""
         self._closed = True
         self._batch.shutdown()  # type: ignore[no-untyped-call]
+
+    def abandon(self) -> None:
+        """After a missed shutdown deadline: count every record still held as lost, export no more."""
+        self._closed = True
+        self._health.record_drop("logs", "shutdown", _abandon_batch(self._batch))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Flush the batch processor."""
