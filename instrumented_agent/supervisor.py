@@ -27,6 +27,7 @@ import httpx
 __all__ = ["RunningService", "ServiceSpec", "StartupError", "Supervisor"]
 
 _POLL_S = 0.05
+_PROBE_TIMEOUT_S = 0.25
 _LOG_TAIL_LINES = 20
 
 
@@ -118,31 +119,27 @@ class Supervisor:
         return service
 
     def wait_ready(self, services: Sequence[RunningService]) -> None:
-        """Wait until each service answers its ready path with 200.
+        """Wait until every service answers its ready path with 200, checking all of them in turn.
 
-        Raises :class:`StartupError` for the first one that exits or is not ready in time; the
+        Raises :class:`StartupError` as soon as one exits, or when one is not ready in time; the
         processes stay registered so :meth:`stop` (or leaving the ``with`` block) ends them.
         """
         deadline = time.monotonic() + self._startup_timeout_s
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
-            for service in services:
-                self._wait_ready(service, client, deadline)
-
-    def _wait_ready(self, service: RunningService, client: httpx.Client, deadline: float) -> None:
-        while True:
-            code = service.process.poll()
-            if code is not None:
-                raise StartupError(service.name, f"exited with code {code}", service.log_tail())
-            try:
-                if client.get(service.url + service.ready_path).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() >= deadline:
-                raise StartupError(
-                    service.name, f"not ready after {self._startup_timeout_s:g} s", service.log_tail()
-                )
-            time.sleep(_POLL_S)
+        waiting = list(services)
+        with httpx.Client(timeout=_PROBE_TIMEOUT_S, trust_env=False) as client:
+            while waiting:
+                for service in list(waiting):
+                    code = service.process.poll()
+                    if code is not None:
+                        raise StartupError(service.name, f"exited with code {code}", service.log_tail())
+                    if _answers(client, service.url + service.ready_path):
+                        waiting.remove(service)
+                if waiting and time.monotonic() >= deadline:
+                    name = waiting[0].name
+                    reason = f"not ready after {self._startup_timeout_s:g} s"
+                    raise StartupError(name, reason, waiting[0].log_tail())
+                if waiting:
+                    time.sleep(_POLL_S)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every process (newest first), wait up to ``timeout_s``, then SIGKILL the rest."""
@@ -160,6 +157,14 @@ class Supervisor:
             for process in running:
                 _kill(process)
             raise
+
+
+def _answers(client: httpx.Client, url: str) -> bool:
+    """Whether ``url`` answers 200 right now (a socket not served yet just times out)."""
+    try:
+        return client.get(url).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

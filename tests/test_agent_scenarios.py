@@ -1,0 +1,245 @@
+"""The reference agents over real HTTP against the scripted model: answers, errors, budgets, identity.
+
+Every scenario runs against real processes (scripted model, MCP servers, agents) exporting OTLP to a
+receiver in this test; each test checks the answer the client gets and the telemetry behind it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from instrumented_agent.config import USER_ID_HEADER
+from instrumented_agent.demo import SCENARIOS, request_counts
+from instrumented_agent.server import TRACE_ID_HEADER
+from instrumented_agent.supervisor import Supervisor
+from instrumented_agent.system import System, agent_spec, otlp_env, start_system
+from kaos_otel import catalog
+from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass(frozen=True)
+class Agents:
+    """Base URLs: the demo system plus ``sentinel`` (autonomous, 0.4 s runtime budget) and ``frugal``."""
+
+    system: System
+    sentinel: str
+    frugal: str
+
+    def url(self, name: str) -> str:
+        return self.system.services[name].url
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def agents(receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agents]:
+    env = otlp_env(receiver.grpc_endpoint, export_delay_ms=200)
+    with Supervisor(tmp_path_factory.mktemp("scenarios"), env=env) as supervisor:
+        system = start_system(supervisor)
+        model, echo = system.services["model"], system.services["mcp-echo"]
+        unbounded = ["--max-steps", "1000", "--max-tool-calls", "1000"]
+        autonomous = ["--autonomous-goal", "Check the echo search.", "--autonomous-interval", "0.3"]
+        sentinel = supervisor.spawn(
+            agent_spec(
+                "sentinel", model, mcp=[echo], extra_args=[*unbounded, "--max-runtime", "0.4", *autonomous]
+            )
+        )
+        frugal = supervisor.spawn(
+            agent_spec("frugal", model, mcp=[echo], extra_args=["--max-tool-calls", "2"])
+        )
+        supervisor.wait_ready([sentinel, frugal])
+        yield Agents(system, sentinel.url, frugal.url)
+
+
+def _post(url: str, prompt: str, headers: dict[str, str] | None = None, **extra: Any) -> httpx.Response:
+    body = {"model": "any", "messages": [{"role": "user", "content": prompt}], **extra}
+    with httpx.Client(timeout=30, trust_env=False) as client:
+        return client.post(f"{url}/v1/chat/completions", json=body, headers=headers or {})
+
+
+def _trace(receiver: OtlpReceiver, response: httpx.Response, service: str) -> list[ReceivedSpan]:
+    """All spans of the response's trace, once ``service``'s server span (the last to end) is in."""
+    trace_id = response.headers[TRACE_ID_HEADER]
+
+    def arrived(r: OtlpReceiver) -> bool:
+        return any(
+            s.trace_id == trace_id and s.kind == "SERVER" and s.service_name == service for s in r.spans()
+        )
+
+    assert receiver.wait_for(arrived, timeout=10)
+    time.sleep(0.5)  # sub-agents and MCP servers export on their own schedule
+    return [s for s in receiver.spans() if s.trace_id == trace_id]
+
+
+def _named(spans: list[ReceivedSpan], name: str) -> list[ReceivedSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def test_health_and_ready(agents: Agents) -> None:
+    with httpx.Client(timeout=5, trust_env=False) as client:
+        for name in ("coordinator", "researcher", "analyst"):
+            assert client.get(agents.url(name) + "/health").json()["status"] == "ok"
+            assert client.get(agents.url(name) + "/ready").status_code == 200
+
+
+def test_research_scenario_answers_with_both_specialists(agents: Agents) -> None:
+    response = _post(agents.system.coordinator_url, SCENARIOS["research"].prompt)
+    assert response.status_code == 200
+    body = response.json()
+    answer = body["choices"][0]["message"]["content"]
+    assert answer == (
+        "Research: Findings: echo: Research: " + SCENARIOS["research"].prompt + " "
+        "Analysis: The sum of 45 and 30 is 75."
+    )
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["model"] == "coordinator"
+    assert body["usage"]["prompt_tokens"] > 0 and body["usage"]["completion_tokens"] > 0
+    assert len(response.headers[TRACE_ID_HEADER]) == 32
+
+
+def test_research_scenario_streams_the_same_answer(agents: Agents) -> None:
+    body = {
+        "messages": [{"role": "user", "content": SCENARIOS["research"].prompt}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with (
+        httpx.Client(timeout=30, trust_env=False) as client,
+        client.stream("POST", agents.system.coordinator_url + "/v1/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        events = [line[len("data: ") :] for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert content.endswith("Analysis: The sum of 45 and 30 is 75.")
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
+    assert chunks[-1]["usage"]["total_tokens"] > 0
+
+
+def test_failure_scenario_is_a_502_with_a_json_error(agents: Agents) -> None:
+    response = _post(agents.system.coordinator_url, SCENARIOS["failure"].prompt)
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["type"] == "unknown_agent"
+    assert "unknown agent 'ghost'" in error["message"]
+
+
+def test_failed_delegation_is_an_error_span_with_exception_log_and_error_outcome(
+    agents: Agents, receiver: OtlpReceiver
+) -> None:
+    response = _post(agents.system.coordinator_url, SCENARIOS["failure"].prompt)
+    spans = _trace(receiver, response, "coordinator")
+    (delegation,) = _named(spans, "invoke_agent ghost")
+    assert (delegation.kind, delegation.status_code) == ("CLIENT", "ERROR")
+    exceptions = [e for e in delegation.events if e.name == "exception"]
+    assert [e.attributes["exception.type"].rsplit(".", 1)[-1] for e in exceptions] == ["UnknownAgentError"]
+    (run,) = _named(spans, "invoke_agent coordinator")
+    assert (run.status_code, run.attributes[catalog.KAOS_OUTCOME]) == ("ERROR", "error")
+    (server,) = _named(spans, "POST /v1/chat/completions")
+    assert server.attributes["http.response.status_code"] == 502
+
+    def logged(r: OtlpReceiver) -> bool:
+        return any(log.span_id == delegation.span_id and log.severity_text == "ERROR" for log in r.logs())
+
+    assert receiver.wait_for(logged, timeout=5), "no ERROR log inside the delegation span"
+
+    def counted(r: OtlpReceiver) -> bool:
+        return request_counts(r.metric_points()).get(("coordinator", "error"), 0) >= 1
+
+    assert receiver.wait_for(counted, timeout=5), "kaos.requests{outcome=error} did not arrive"
+
+
+def test_model_error_is_a_502_and_an_error_chat_span(agents: Agents, receiver: OtlpReceiver) -> None:
+    response = _post(agents.url("analyst"), "Please trigger a model error.")
+    assert response.status_code == 502
+    assert response.json()["error"]["type"] == "model_error"
+    (chat,) = _named(_trace(receiver, response, "analyst"), "chat scripted-model")
+    assert chat.status_code == "ERROR"
+    assert [e.name for e in chat.events] == ["exception"]
+
+
+def test_unknown_tool_is_a_502_and_an_error_tool_span(agents: Agents, receiver: OtlpReceiver) -> None:
+    response = _post(agents.url("researcher"), "Use a missing tool, please.")
+    assert response.status_code == 502
+    assert response.json()["error"]["type"] == "unknown_tool"
+    (tool,) = _named(_trace(receiver, response, "researcher"), "execute_tool missing_tool")
+    assert tool.status_code == "ERROR"
+
+
+def test_step_budget_stops_the_loop_with_max_steps(agents: Agents, receiver: OtlpReceiver) -> None:
+    response = _post(agents.url("researcher"), "Search forever.")
+    assert response.status_code == 200
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert "step budget of 8" in choice["message"]["content"]
+    spans = _trace(receiver, response, "researcher")
+    (run,) = _named(spans, "invoke_agent researcher")
+    assert run.attributes[catalog.KAOS_OUTCOME] == "max_steps"
+    assert len(_named(spans, "agent_step")) == 8
+    assert len(_named(spans, "tools/call echo")) == 8
+
+
+def test_tool_call_budget_stops_the_loop(agents: Agents) -> None:
+    response = _post(agents.frugal, "Search forever.")
+    assert response.status_code == 200
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert "tool-call budget of 2" in choice["message"]["content"]
+
+
+def test_runtime_budget_is_a_504(agents: Agents) -> None:
+    started = time.monotonic()
+    response = _post(agents.sentinel, "Search forever.")
+    assert response.status_code == 504
+    assert response.json()["error"]["type"] == "budget_exceeded"
+    assert time.monotonic() - started < 5
+
+
+def test_identity_comes_only_from_the_gateway_header(agents: Agents, receiver: OtlpReceiver) -> None:
+    headers = {USER_ID_HEADER: "alice", "baggage": "user.id=mallory"}
+    response = _post(agents.system.coordinator_url, SCENARIOS["research"].prompt, headers, user="mallory")
+    assert response.status_code == 200
+    runs = [s for s in _trace(receiver, response, "coordinator") if s.name.startswith("invoke_agent")]
+    identities = {(s.service_name, s.kind, s.attributes.get(catalog.USER_ID)) for s in runs}
+    assert identities >= {
+        ("coordinator", "INTERNAL", "alice"),
+        ("researcher", "INTERNAL", "alice"),
+        ("analyst", "INTERNAL", "alice"),
+    }
+
+    anonymous = _post(agents.url("analyst"), "Add 1 and 2.", user="mallory")
+    (run,) = _named(_trace(receiver, anonymous, "analyst"), "invoke_agent analyst")
+    assert catalog.USER_ID not in run.attributes
+
+
+def test_autonomous_runs_use_the_agent_identity_in_their_own_traces(
+    agents: Agents, receiver: OtlpReceiver
+) -> None:
+    def autonomous_runs(r: OtlpReceiver) -> list[ReceivedSpan]:
+        """Runs with no server span above them: nobody sent a request."""
+        return [
+            s
+            for s in r.spans()
+            if s.service_name == "sentinel" and s.name == "invoke_agent sentinel" and s.parent_span_id is None
+        ]
+
+    assert receiver.wait_for(lambda r: len(autonomous_runs(r)) >= 2, timeout=10)
+    runs = autonomous_runs(receiver)
+    assert {s.attributes.get(catalog.USER_ID) for s in runs} == {"agent:sentinel"}
+    assert {s.attributes.get(catalog.KAOS_OUTCOME) for s in runs} == {"success"}
+    assert len({s.trace_id for s in runs}) == len(runs)

@@ -1,0 +1,155 @@
+"""``kaos-agent demo`` end to end: exit code, output, telemetry, and that no process survives it.
+
+Each test runs the real command in a subprocess. Its service processes inherit a unique marker in
+their environment, so a scan of ``/proc`` finds any that outlived the demo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kaos_otel import catalog
+from kaos_otel.cli import main as kaos_otel_main
+from kaos_otel.receiver import OtlpReceiver
+
+pytestmark = pytest.mark.timeout(120)
+
+MARKER = "KAOS_DEMO_TEST_MARKER"
+DEMO = [sys.executable, "-m", "instrumented_agent.cli", "demo"]
+SERVICES = {"coordinator", "researcher", "analyst", "mcp-echo", "mcp-calculator"}
+
+
+def _env(marker: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return {**env, MARKER: marker, "NO_COLOR": "1", **extra}
+
+
+def _marked_processes(marker: str) -> list[int]:
+    """PIDs of live processes whose environment carries ``marker``."""
+    needle = f"{MARKER}={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _run_demo(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DEMO, *args], env=env, capture_output=True, text=True, timeout=90, check=False)
+
+
+def test_demo_exports_to_the_configured_endpoint(otlp_receiver: OtlpReceiver, tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    env = _env(marker, OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint)
+    started = time.monotonic()
+    done = _run_demo(["--json", "--workdir", str(tmp_path)], env)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 60
+    summary = json.loads(done.stdout)
+    assert summary["ok"] is True
+    assert summary["telemetry"] == {"endpoint": otlp_receiver.grpc_endpoint, "file": None}
+    results = {s["name"]: s for s in summary["scenarios"]}
+    assert (results["research"]["status_code"], results["failure"]["status_code"]) == (200, 502)
+    assert _marked_processes(marker) == []
+
+    spans = otlp_receiver.spans()
+    research = [s for s in spans if s.trace_id == results["research"]["trace_id"]]
+    assert {s.service_name for s in research} == SERVICES
+    assert {s.trace_id for s in spans if s.name in ("tools/call echo", "tools/call add")} == {
+        results["research"]["trace_id"]
+    }
+    failure = [s for s in spans if s.trace_id == results["failure"]["trace_id"]]
+    (ghost,) = [s for s in failure if s.name == "invoke_agent ghost"]
+    assert ghost.status_code == "ERROR"
+    assert any(e.name == "exception" for e in ghost.events)
+
+    requests = {
+        (p.attributes[catalog.GEN_AI_AGENT_NAME], p.attributes[catalog.KAOS_OUTCOME])
+        for p in otlp_receiver.metric_points()
+        if p.name == catalog.KAOS_REQUESTS and p.value
+    }
+    assert requests >= {("coordinator", "success"), ("coordinator", "error"), ("researcher", "success")}
+
+
+def test_demo_prints_trees_and_writes_a_file_kaos_otel_renders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = uuid.uuid4().hex
+    done = _run_demo(["--workdir", str(tmp_path)], _env(marker))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for line in (
+        "coordinator  invoke_agent researcher",
+        "researcher  POST /v1/chat/completions",
+        "researcher  execute_tool echo",
+        "mcp-echo  tools/call echo",
+        "analyst  execute_tool add",
+        "mcp-calculator  tools/call add",
+        "coordinator  invoke_agent ghost",
+        "! instrumented_agent.errors.UnknownAgentError",
+    ):
+        assert line in out, f"{line!r} missing from the demo output"
+    assert "coordinator  error      1" in out
+    assert "researcher   success    1" in out
+    assert _marked_processes(marker) == []
+
+    telemetry = tmp_path / "telemetry.otlp.jsonl"
+    assert f"kaos-otel traces show {telemetry}" in out
+    assert kaos_otel_main(["traces", "show", str(telemetry), "--no-color"]) == 0
+    shown = capsys.readouterr().out
+    assert "mcp-calculator  tools/call add" in shown
+    assert "coordinator  invoke_agent ghost" in shown
+
+
+def test_demo_stops_everything_when_an_agent_fails_to_start(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    # Imported by every Python process started with this PYTHONPATH: the analyst exits at once.
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if sys.argv[sys.argv.index('--name') + 1 :][:1] == ['analyst'] if '--name' in sys.argv else False:\n"
+        "    os._exit(3)\n"
+    )
+    done = _run_demo(["--workdir", str(tmp_path / "run")], _env(marker, PYTHONPATH=str(hook)))
+    assert done.returncode == 2
+    assert "analyst failed to start: exited with code 3" in done.stderr
+    assert _marked_processes(marker) == []
+
+
+def test_demo_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    demo = subprocess.Popen(
+        [*DEMO, "--workdir", str(tmp_path)],
+        env=_env(marker),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(_marked_processes(marker)) < 7 and time.monotonic() < deadline:  # demo + 6 services
+            time.sleep(0.05)
+        assert len(_marked_processes(marker)) >= 7
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=30)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 130
+    assert "interrupted" in err
+    assert _marked_processes(marker) == []
