@@ -206,7 +206,7 @@ class KaosOtelManager(AgentTelemetry):
             span_limits=SpanLimits(max_attribute_length=settings.attribute_value_length_limit),
             shutdown_on_exit=False,
         )
-        if settings.exporting:
+        if "traces" in settings.endpoints:  # each signal may have its own endpoint, or none
             exporter = SanitizingSpanExporter(otlp_span_exporter(settings), policy, self.health)
             processor = CountingBatchSpanProcessor(
                 exporter,
@@ -232,7 +232,7 @@ class KaosOtelManager(AgentTelemetry):
             return current
         settings = self.settings
         readers: list[MetricReader] = []
-        if settings.exporting:
+        if "metrics" in settings.endpoints:
             readers.append(
                 PeriodicExportingMetricReader(
                     CountingMetricExporter(otlp_metric_exporter(settings), self.health),
@@ -260,7 +260,7 @@ class KaosOtelManager(AgentTelemetry):
             return current
         settings = self.settings
         provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
-        if settings.exporting:
+        if "logs" in settings.endpoints:
             batch = BatchLogRecordProcessor(
                 CountingLogExporter(otlp_log_exporter(settings), self.health),
                 schedule_delay_millis=settings.log_schedule_delay_ms,
