@@ -1,0 +1,96 @@
+"""Agent configuration: flags win over environment variables, and bad settings fail clearly."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from instrumented_agent import cli
+from instrumented_agent.config import (
+    ENV_MAX_STEPS,
+    ENV_MCP_SERVERS,
+    ENV_MODEL_BASE_URL,
+    ENV_NAME,
+    ENV_SUB_AGENTS,
+    ConfigError,
+    add_agent_arguments,
+    agent_config_from_args,
+    parse_sub_agents,
+)
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_agent_arguments(parser)
+    return parser.parse_args(argv)
+
+
+ENV = {
+    ENV_NAME: "researcher",
+    ENV_MODEL_BASE_URL: "http://model:8000/v1",
+    ENV_MCP_SERVERS: "http://echo:8000/mcp, http://calc:8000/mcp",
+    ENV_SUB_AGENTS: "analyst=http://analyst:8000",
+    ENV_MAX_STEPS: "3",
+}
+
+
+def test_environment_alone_configures_an_agent() -> None:
+    config = agent_config_from_args(_args(), ENV)
+    assert config.name == "researcher"
+    assert config.model_base_url == "http://model:8000/v1"
+    assert config.mcp_servers == ("http://echo:8000/mcp", "http://calc:8000/mcp")
+    assert dict(config.sub_agents) == {"analyst": "http://analyst:8000"}
+    assert (config.max_steps, config.max_tool_calls, config.model_api_key) == (3, 16, None)
+
+
+def test_flags_override_the_environment() -> None:
+    args = _args(
+        "--name",
+        "coordinator",
+        "--max-steps",
+        "5",
+        "--mcp-server",
+        "http://x/mcp",
+        "--sub-agent",
+        "a=http://a",
+    )
+    config = agent_config_from_args(args, ENV)
+    assert (config.name, config.max_steps) == ("coordinator", 5)
+    assert config.mcp_servers == ("http://x/mcp",)
+    assert dict(config.sub_agents) == {"a": "http://a"}
+
+
+def test_api_key_is_not_in_the_repr() -> None:
+    config = agent_config_from_args(_args("--model-api-key", "sk-secret"), ENV)
+    assert config.model_api_key == "sk-secret"
+    assert "sk-secret" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        ((), {ENV_MODEL_BASE_URL: "http://m/v1"}, "agent name is required"),
+        (("--name", "a"), {}, "model base URL is required"),
+        ((), {**ENV, ENV_MAX_STEPS: "many"}, "KAOS_AGENT_MAX_STEPS is malformed"),
+        (("--max-steps", "0"), ENV, "budgets must be positive"),
+        (("--sub-agent", "researcher=http://r"), ENV, "cannot be its own sub-agent"),
+    ],
+)
+def test_bad_settings_raise_config_error(argv: tuple[str, ...], env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        agent_config_from_args(_args(*argv), env)
+
+
+def test_sub_agents_must_be_name_equals_url() -> None:
+    assert parse_sub_agents(" a=http://a , b=http://b ") == {"a": "http://a", "b": "http://b"}
+    with pytest.raises(ConfigError, match="name=url"):
+        parse_sub_agents("http://a")
+
+
+def test_serve_agent_without_a_name_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(ENV_NAME, raising=False)
+    assert cli.main(["serve", "agent", "--model-url", "http://m/v1"]) == 2
+    assert "agent name is required" in capsys.readouterr().err
