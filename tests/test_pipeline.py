@@ -1,0 +1,361 @@
+"""The export pipeline never hurts the agent: dead or hanging collectors, disabled SDK, no endpoint,
+host-installed providers, protocol selection and bounded flush/shutdown."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from opentelemetry import trace
+
+from kaos_otel import KaosOtelManager
+from kaos_otel.receiver import OtlpReceiver
+
+PROTOCOLS = ["grpc", "http/protobuf"]
+MakeOtel = Callable[..., KaosOtelManager]
+SHUTDOWN_SLACK_S = 0.6
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def managers() -> Iterator[list[KaosOtelManager]]:
+    """Managers built directly by a test, shut down at its end."""
+    built: list[KaosOtelManager] = []
+    yield built
+    for manager in built:
+        manager.shutdown(timeout=1)
+
+
+def spans_of_request_path(otel: KaosOtelManager, count: int) -> float:
+    """Seconds taken to create ``count`` spans the way a request handler would."""
+    started = time.perf_counter()
+    for i in range(count // 2):
+        with otel.span("handle", attributes={"request.index": i}), otel.span("work"):
+            pass
+    return time.perf_counter() - started
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The process environment without any OTEL_* / KAOS_* variable, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KAOS_OTEL_"))}
+    return {**env, **extra}
+
+
+def run_python(code: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+# --- a dead or hanging collector -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_dead_collector_never_blocks_and_shutdown_meets_its_deadline(
+    protocol: str, closed_port: int, managers: list[KaosOtelManager]
+) -> None:
+    baseline = KaosOtelManager(global_providers=False, bridge_logging=False, environ={})
+    dead = KaosOtelManager(
+        global_providers=False,
+        bridge_logging=False,
+        environ={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+            "OTEL_BSP_SCHEDULE_DELAY": "20",
+        },
+    )
+    managers.extend([baseline, dead])
+    assert not baseline.settings.exporting and dead.settings.exporting
+
+    # get the exporter busy retrying against the closed port before measuring
+    with dead.span("warm-up"):
+        pass
+    spans_of_request_path(baseline, 200)
+    assert dead.force_flush(timeout=0.3) is False  # still retrying: the export is in progress
+
+    baseline_s = min(spans_of_request_path(baseline, 1000) for _ in range(2))
+    dead_s = min(spans_of_request_path(dead, 1000) for _ in range(2))
+    # no blocking: the dead collector costs the request path at most a small constant factor
+    assert dead_s < 4 * baseline_s + 0.3, (dead_s, baseline_s)
+    assert dead_s < 5.0
+
+    started = time.monotonic()
+    finished = dead.shutdown(timeout=2)
+    elapsed = time.monotonic() - started
+    assert finished is False
+    assert elapsed < 2 + SHUTDOWN_SLACK_S, elapsed
+    # every span is accounted for as lost by the time shutdown returns
+    assert dead.health.dropped("traces") == 1 + 2 * 1000, dead.health.snapshot()
+    assert dead.shutdown(timeout=2) is True  # a second call returns at once
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_hanging_collector_shutdown_meets_its_deadline(
+    protocol: str, make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="test.pipeline")
+    otlp_receiver.set_failure("hang")
+    otel = make_otel(protocol)
+    log = logging.getLogger("test.pipeline")
+    for i in range(50):
+        with otel.span("request"):
+            log.info("handled %d", i)
+
+    started = time.monotonic()
+    finished = otel.shutdown(timeout=2)
+    elapsed = time.monotonic() - started
+    assert finished is False
+    assert elapsed < 2 + SHUTDOWN_SLACK_S, elapsed
+    assert otel.health.dropped("traces") == 50, otel.health.snapshot()
+    assert otel.health.dropped("logs") >= 50, otel.health.snapshot()
+    assert otlp_receiver.spans() == []
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_force_flush_is_bounded_and_the_pipeline_recovers(
+    protocol: str, make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otlp_receiver.set_failure("hang")
+    otel = make_otel(protocol)
+    for _ in range(10):
+        with otel.span("during-outage"):
+            pass
+    started = time.monotonic()
+    assert otel.force_flush(timeout=1) is False
+    assert time.monotonic() - started < 1 + SHUTDOWN_SLACK_S
+
+    otlp_receiver.set_failure("ok")  # the exporter's retry delivers what was pending
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) == 10, 15), otlp_receiver.spans()
+    assert otel.force_flush(timeout=5) is True
+    assert otel.health.dropped("traces") == 0
+
+
+def test_full_queue_drops_are_counted(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:
+    otlp_receiver.set_failure("hang")
+    otel = make_otel(environ={"OTEL_BSP_MAX_QUEUE_SIZE": "20", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "20"})
+    started = time.perf_counter()
+    for _ in range(300):
+        with otel.span("burst"):
+            pass
+    assert time.perf_counter() - started < 5.0
+    snapshot = otel.health.snapshot()
+    assert snapshot.get(("traces", "queue_full"), 0) >= 300 - 2 * 20, snapshot
+    assert otel.shutdown(timeout=1) is False
+    # whatever did not fall out of the queue was lost at shutdown: all 300 accounted for
+    assert otel.health.dropped("traces") == 300, otel.health.snapshot()
+
+
+# --- disabled, no endpoint, host providers -------------------------------------------------------
+
+
+async def test_sdk_disabled_is_a_noop(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:
+    otel = make_otel(environ={"OTEL_SDK_DISABLED": "true"})
+    assert otel.enabled is False
+    log = logging.getLogger("test.pipeline.disabled")
+
+    def work(x: int) -> int:
+        return x
+
+    assert otel.traced()(work) is work  # the decorator is the identity: zero overhead
+
+    first = otel.span_begin("a", attributes={"k": "v"})
+    assert otel.span_begin("b") is first  # one shared handle: nothing allocated per call
+    otel.span_success(first)
+    otel.span_failure(first, ValueError("x"))
+    with otel.span("c") as span:
+        span.set_attribute("k", "v")
+        assert not trace.get_current_span().get_span_context().is_valid
+    with pytest.raises(KeyError), otel.span("d"):
+        raise KeyError("passes through")
+    with otel.invoke_agent("agent") as run:
+        with otel.agent_step(run), otel.model_call("agent", "m") as model:
+            model.record_usage(1, 2)
+            model.record_messages("hi", "hello")
+        with otel.tool_call("agent", "t", arguments={"a": 1}), otel.delegation("agent", "sub"):
+            log.warning("inside a disabled span")
+    otel.record_window_tokens("agent", 10)
+    started = time.perf_counter()
+    for _ in range(10_000):
+        with otel.span("cheap"):
+            pass
+    assert time.perf_counter() - started < 1.0
+    assert otel.force_flush(1) is True
+    assert otel.shutdown(1) is True
+
+    # a working manager on the same receiver proves the pipeline would have delivered
+    sentinel = make_otel()
+    with sentinel.span("sentinel"):
+        pass
+    assert sentinel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) >= 1, 10)
+    assert [s.name for s in otlp_receiver.spans()] == ["sentinel"]
+    assert otlp_receiver.logs() == [] and otlp_receiver.metric_points() == []
+
+
+def test_no_endpoint_says_so_once_and_never_errors() -> None:
+    result = run_python(
+        """
+        import logging, sys
+        logging.basicConfig(
+            level=logging.DEBUG, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s"
+        )
+        from kaos_otel import KaosOtelManager
+        first = KaosOtelManager("no-endpoint")
+        second = KaosOtelManager("no-endpoint-private", global_providers=False)
+        for otel in (first, second):
+            with otel.invoke_agent("agent") as run, otel.agent_step(run):
+                with otel.span("work"):
+                    logging.getLogger("app").info("working")
+            @otel.traced()
+            def f():
+                return 1
+            assert f() == 1
+        print("RESULT", first.force_flush(2), first.shutdown(2), second.shutdown(2))
+        """,
+        clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "RESULT True True True" in lines, result.stdout
+    notices = [line for line in lines if "no OTLP endpoint" in line]
+    assert len(notices) == 1, result.stdout
+    assert notices[0].startswith("INFO kaos_otel ")
+    assert not [line for line in lines if line.startswith(("ERROR", "WARNING", "CRITICAL"))], result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
+    result = run_python(
+        """
+        import sys
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+        host = TracerProvider(resource=Resource.create({"service.name": "host-app"}))
+        host.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=sys.argv[1], insecure=True)))
+        trace.set_tracer_provider(host)
+
+        from kaos_otel import KaosOtelManager
+        otel = KaosOtelManager("kaos-side", endpoint=sys.argv[1])
+        assert otel.tracer_provider is host, otel.tracer_provider
+        with otel.invoke_agent("agent"):
+            pass
+        otel.shutdown(timeout=5)  # must leave the host's provider working
+        with trace.get_tracer("host").start_as_current_span("after-kaos-shutdown"):
+            pass
+        host.shutdown()
+        print("OK")
+        """.replace("sys.argv[1]", repr(otlp_receiver.grpc_endpoint)),
+        clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) >= 2, 10)
+    spans = otlp_receiver.spans()
+    assert sorted(s.name for s in spans) == ["after-kaos-shutdown", "invoke_agent agent"]
+    assert {s.service_name for s in spans} == {"host-app"}  # exported once, by the host's pipeline
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_protocol_from_environment_is_honoured(
+    protocol: str, make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """Each receiver port speaks one protocol, so arrival proves the transport used."""
+    endpoint = otlp_receiver.grpc_endpoint if protocol == "grpc" else otlp_receiver.http_endpoint
+    otel = make_otel(
+        environ={"OTEL_EXPORTER_OTLP_PROTOCOL": protocol, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+    )
+    assert otel.settings.protocol.value == protocol
+    with otel.span(f"via {protocol}"):
+        logging.getLogger("test.pipeline").warning("a log over %s", protocol)
+    assert otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) == 1 and len(r.logs()) >= 1, 10)
+    assert otlp_receiver.spans()[0].name == f"via {protocol}"
+    assert otel.health.dropped() == 0
+
+
+def test_constructor_overrides_and_per_signal_endpoints(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, managers: list[KaosOtelManager]
+) -> None:
+    # the environment says gRPC at the HTTP port; the constructor's protocol wins
+    otel = KaosOtelManager(
+        protocol="http/protobuf",
+        global_providers=False,
+        environ={
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.http_endpoint,
+        },
+    )
+    managers.append(otel)
+    with otel.span("override"):
+        pass
+    assert otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: [s.name for s in r.spans()] == ["override"], 10)
+
+    # a per-signal endpoint is used as given
+    otlp_receiver.clear()
+    traces_only = make_otel(
+        environ={
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{otlp_receiver.http_endpoint}/v1/traces",
+        }
+    )
+    assert set(traces_only.settings.endpoints) == {"traces"}
+    with traces_only.span("per-signal"):
+        pass
+    assert traces_only.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: [s.name for s in r.spans()] == ["per-signal"], 10)
+
+
+def test_exporter_logging_is_not_fed_back_into_the_pipeline(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At DEBUG the HTTP exporter's urllib3 logs every request; exporting those would never end."""
+    caplog.set_level(logging.DEBUG)
+    otel = make_otel("http/protobuf")
+    with otel.span("s"):
+        logging.getLogger("app").info("the only record")
+    for _ in range(3):
+        assert otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 1, 10)
+    time.sleep(0.3)  # let a feedback loop, if any, show itself
+    assert otel.force_flush(5)
+    assert [log.body for log in otlp_receiver.logs()] == ["the only record"]
+    assert any(r.name.startswith("urllib3") for r in caplog.records)  # they were logged locally
+
+
+def test_settings_never_touch_os_environ(make_otel: MakeOtel) -> None:
+    before = dict(os.environ)
+    otel = make_otel(environ={"OTEL_SERVICE_NAME": "svc", "OTEL_RESOURCE_ATTRIBUTES": "a=b"})
+    with otel.span("s"):
+        pass
+    otel.shutdown(2)
+    assert dict(os.environ) == before
+    assert json.dumps(otel.settings.resource_attributes) == '{"a": "b"}'
