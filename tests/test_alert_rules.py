@@ -1,0 +1,138 @@
+"""The Prometheus alert rules: ``promtool check rules`` and ``promtool test rules`` pass, and the
+unit tests cover every alert firing and not firing with the catalog's real histogram buckets.
+
+promtool comes with the Debian ``prometheus`` package (``.ci/run`` installs it). Without it these
+tests fail rather than skip: an untested rule file is a broken rule file.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kaos_otel import catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = ROOT / "dashboards" / "prometheus" / "kaos-alerts.rules.yml"
+UNIT_TESTS = ROOT / "dashboards" / "prometheus" / "kaos-alerts.test.yml"
+EXPECTED_ALERTS = {
+    "KaosRequestLatencyP95High",
+    "KaosRequestErrorRateHigh",
+    "KaosModelCallFailureRateHigh",
+    "KaosMemoryLatencyP95High",
+    "KaosMemoryFailureRateHigh",
+    "KaosTelemetryDropped",
+}
+
+
+def _promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail(
+            "promtool is not installed: `apt-get install prometheus` (Debian) or run bash .ci/run",
+            pytrace=False,
+        )
+    return path
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [_promtool(), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def _rules() -> list[dict[str, Any]]:
+    return [rule for group in _load(RULES)["groups"] for rule in group["rules"]]
+
+
+def test_promtool_check_rules() -> None:
+    result = _run("check", "rules", str(RULES), cwd=ROOT)
+    assert result.returncode == 0, f"promtool check rules failed:\n{result.stdout}\n{result.stderr}"
+    assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in result.stdout
+
+
+def test_promtool_test_rules() -> None:
+    result = _run("test", "rules", str(UNIT_TESTS), cwd=ROOT)
+    assert result.returncode == 0, f"promtool test rules failed:\n{result.stdout}\n{result.stderr}"
+    assert "SUCCESS" in result.stdout
+
+
+def test_the_rule_file_has_the_expected_alerts() -> None:
+    names = [rule["alert"] for rule in _rules()]
+    assert sorted(names) == sorted(EXPECTED_ALERTS)
+
+
+def test_every_alert_is_tested_firing_and_not_firing() -> None:
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for case in _load(UNIT_TESTS)["tests"]:
+        for check in case.get("alert_rule_test", []):
+            (firing if check.get("exp_alerts") else quiet).add(check["alertname"])
+    assert firing >= EXPECTED_ALERTS, f"never tested firing: {sorted(EXPECTED_ALERTS - firing)}"
+    assert quiet >= EXPECTED_ALERTS, f"never tested quiet: {sorted(EXPECTED_ALERTS - quiet)}"
+
+
+_SERIES = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>.*)\}$")
+_LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>[^"]*)"')
+
+
+def test_histogram_inputs_use_the_catalog_buckets() -> None:
+    """Every ``_bucket`` label set has one series per catalog bucket plus ``+Inf``, nothing else."""
+    by_prometheus = {spec.prometheus + "_bucket": spec for spec in catalog.METRICS if spec.buckets}
+    groups: dict[tuple[str, frozenset[tuple[str, str]]], set[str]] = {}
+    for case in _load(UNIT_TESTS)["tests"]:
+        for entry in case["input_series"]:
+            match = _SERIES.match(entry["series"])
+            assert match, f"unparsable series {entry['series']!r}"
+            if not match["name"].endswith("_bucket"):
+                continue
+            labels = dict(_LABEL.findall(match["labels"]))
+            le = labels.pop("le")
+            groups.setdefault((match["name"], frozenset(labels.items())), set()).add(le)
+    assert groups, "no histogram input series"
+    for (name, label_set), les in groups.items():
+        spec = by_prometheus.get(name)
+        assert spec is not None and spec.buckets is not None, f"{name} is not a catalog histogram"
+        expected = {f"{b:g}" for b in spec.buckets} | {"+Inf"}
+        assert les == expected, f"{name}{dict(label_set)}: le {sorted(les)} != catalog {sorted(expected)}"
+
+
+def test_input_series_use_catalog_names_and_labels() -> None:
+    allowed: dict[str, set[str]] = {}
+    for spec in catalog.METRICS:
+        labels = {catalog.prometheus_label(k) for k in spec.attributes} | {"job", "instance"}
+        if spec.instrument == "counter":
+            allowed[spec.prometheus] = labels
+        else:
+            allowed[spec.prometheus + "_bucket"] = labels | {"le"}
+            allowed[spec.prometheus + "_sum"] = labels
+            allowed[spec.prometheus + "_count"] = labels
+    for case in _load(UNIT_TESTS)["tests"]:
+        for entry in case["input_series"]:
+            match = _SERIES.match(entry["series"])
+            assert match and match["name"] in allowed, f"not a catalog series: {entry['series']}"
+            keys = {k for k, _ in _LABEL.findall(match["labels"])}
+            assert keys <= allowed[match["name"]], (
+                f"{entry['series']}: labels {keys - allowed[match['name']]}"
+            )
+
+
+def test_promtool_unit_tests_catch_a_wrong_threshold(tmp_path: Path) -> None:
+    """Mutation check: with the latency threshold raised to 60 s, the unit tests must fail."""
+    rules = RULES.read_text()
+    assert "> 30\n" in rules
+    (tmp_path / RULES.name).write_text(rules.replace("> 30\n", "> 60\n", 1))
+    shutil.copy(UNIT_TESTS, tmp_path / UNIT_TESTS.name)
+    result = _run("test", "rules", UNIT_TESTS.name, cwd=tmp_path)
+    assert result.returncode != 0, result.stdout
+    assert "KaosRequestLatencyP95High" in result.stdout + result.stderr
