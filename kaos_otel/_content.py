@@ -134,8 +134,8 @@ def to_attribute_value(value: object, limit: int) -> AttributeValue:
         if len(kinds) <= 1:
             return tuple(cap_text(item, limit) if isinstance(item, str) else item for item in value)
     try:
-        text = json.dumps(value, default=str, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
+        text = json.dumps(value, default=_safe_str, ensure_ascii=False)
+    except Exception:  # any value must become an attribute: never raise into the caller
         text = _safe_str(value)
     return cap_text(text, limit)
 
