@@ -124,11 +124,14 @@ def _stack_without_message(exc: BaseException, qualified: str) -> str:
 
 
 def to_attribute_value(value: object, limit: int) -> AttributeValue:
-    """Make any value exportable: primitives pass, the rest is JSON or ``str`` and capped."""
+    """Make any value exportable: primitives pass, containers become JSON, the rest ``str``; capped."""
     if isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, str):
         return cap_text(value, limit)
+    if not isinstance(value, Mapping | list | tuple):
+        # a UUID, a path, an enum: its plain text, not a JSON string literal in quotes
+        return cap_text(_safe_str(value), limit)
     if isinstance(value, (list, tuple)) and all(isinstance(item, (str, bool, int, float)) for item in value):
         kinds = {type(item) for item in value}
         if len(kinds) <= 1:
