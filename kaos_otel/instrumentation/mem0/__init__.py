@@ -1,0 +1,109 @@
+"""OpenTelemetry instrumentation for Mem0 (``mem0ai``), the long-term memory engine.
+
+Every call of ``Memory`` and ``AsyncMemory`` ``add``, ``search``, ``get``, ``get_all``,
+``update``, ``delete``, ``delete_all``, ``history`` and ``reset`` becomes one
+``gen_ai.memory.client`` span (``create_memory``, ``search_memory``, ``get_memory``,
+``list_memory``, ``update_memory``, ``delete_memory``, ``memory_history``,
+``delete_memory_store``), a child of the caller's current span, and is counted and timed by
+``kaos.memory.operations`` and ``kaos.memory.operation.duration`` with ``kaos.memory.tier`` =
+``long_term``. Instances created before and after ``instrument()`` are covered alike.
+
+Usage::
+
+    from kaos_otel import KaosOtelManager
+    from kaos_otel.instrumentation.mem0 import Mem0Instrumentor
+
+    otel = KaosOtelManager("my-agent")
+    Mem0Instrumentor().instrument(telemetry=otel)
+
+``opentelemetry-instrument`` enables it too (entry point ``mem0``), on the global providers.
+
+``instrument()`` accepts:
+
+- ``telemetry``: a :class:`~kaos_otel.KaosOtelManager` (or any
+  :class:`~kaos_otel.AgentTelemetry`) to record through; its content policy applies.
+- ``tracer_provider`` / ``meter_provider``: used when no ``telemetry`` is given (default: the
+  global providers).
+- ``capture_content``: ``True``/``False`` or a ``ContentCapture`` value; without ``telemetry``
+  it defaults to ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
+- ``child_spans``: ``True`` adds CLIENT child spans for the embedder (``embeddings {model}``),
+  the LLM (``chat {model}``) and vector-store calls (``{operation} {collection}``). Off by default.
+
+Span attributes: ``gen_ai.operation.name``, ``gen_ai.memory.store.id`` (the collection),
+``gen_ai.memory.record.id``, ``gen_ai.memory.record.count`` (results returned or records
+written), ``kaos.memory.scope`` (``session`` for a ``run_id``, else ``user`` for a ``user_id``,
+else ``agent`` for an ``agent_id``, else ``store``; read from the arguments and from
+``filters``), ``kaos.memory.tier``, ``kaos.memory.provider`` = ``mem0``, ``kaos.memory.infer``
+(``add``), ``kaos.outcome`` and, on failure, ``error.type``. The ids go on spans as ``user.id``,
+``gen_ai.agent.id`` and ``session.id``, never on metrics. The query text
+(``gen_ai.memory.query.text``) and records with their text and metadata
+(``gen_ai.memory.records``) are recorded only with content capture on. A failing mem0 call
+ends its span as an error and the original exception propagates unchanged.
+
+Set ``MEM0_TELEMETRY=False`` in the environment before mem0 is imported, or mem0 starts its
+own PostHog telemetry; :mod:`kaos_otel.instrumentation.mem0.offline` has a configuration that
+needs no network at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+from opentelemetry.instrumentation.utils import unwrap
+from wrapt import wrap_function_wrapper
+
+from kaos_otel._config import TelemetrySettings
+from kaos_otel._content import ContentPolicy
+from kaos_otel._metrics import KaosMetrics, LabelBounds
+from kaos_otel._telemetry import AgentTelemetry
+from kaos_otel.instrumentation.mem0._wrappers import METHODS, Mem0Tracing
+from kaos_otel.instrumentation.mem0.package import _instruments
+
+__all__ = ["Mem0Instrumentor"]
+
+
+def _memory_classes() -> tuple[type[Any], type[Any]]:
+    """mem0's ``Memory`` and ``AsyncMemory`` (imported late, after ``MEM0_TELEMETRY`` is set)."""
+    from mem0.memory.main import AsyncMemory, Memory
+
+    return Memory, AsyncMemory
+
+
+def _telemetry_from_providers(kwargs: dict[str, Any]) -> AgentTelemetry:
+    """Telemetry on the given (default: global) providers, content capture from the environment."""
+    settings = TelemetrySettings.from_env(capture_content=kwargs.get("capture_content"))
+    tracer = trace.get_tracer(__name__, tracer_provider=kwargs.get("tracer_provider"))
+    meter = metrics.get_meter(__name__, meter_provider=kwargs.get("meter_provider"))
+    policy = ContentPolicy(settings.capture_content, max_value_length=settings.attribute_value_length_limit)
+    return AgentTelemetry(tracer, KaosMetrics(meter, LabelBounds()), policy, enabled=not settings.disabled)
+
+
+class Mem0Instrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Traces and measures Mem0 memory operations; ``uninstrument()`` restores mem0 as it was."""
+
+    _tracing: Mem0Tracing | None = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        """The mem0ai versions supported."""
+        return _instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        telemetry = kwargs.get("telemetry")
+        if not isinstance(telemetry, AgentTelemetry):
+            telemetry = _telemetry_from_providers(kwargs)
+        tracing = Mem0Tracing(telemetry, child_spans=bool(kwargs.get("child_spans", False)))
+        for cls in _memory_classes():
+            for method in METHODS:
+                wrap_function_wrapper(cls, method.name, tracing.wrapper(method, getattr(cls, method.name)))
+        self._tracing = tracing
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        for cls in _memory_classes():
+            for method in METHODS:
+                unwrap(cls, method.name)
+        if self._tracing is not None:
+            self._tracing.close()
+            self._tracing = None
