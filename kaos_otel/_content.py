@@ -41,6 +41,8 @@ _QUICK_CHECK = re.compile(
 )
 
 Redactor = Callable[[str], str]
+REDACTION_MARGIN = 256
+"""Characters past the size cap still scanned, so that a secret the cap cuts through is masked."""
 
 
 def default_redactor(text: str) -> str:
@@ -78,8 +80,15 @@ class ContentPolicy:
         return self.capture.on_spans
 
     def clean_text(self, text: str) -> str:
-        """Redact secrets, then cap the size."""
-        return cap_text(self.redactor(text), self.max_value_length)
+        """Redact secrets, then cap the size; only the part that can be kept is scanned."""
+        limit = self.max_value_length
+        scanned = limit + REDACTION_MARGIN
+        if len(text) <= scanned:
+            return cap_text(self.redactor(text), limit)
+        # A 10 MB exception message or log body would otherwise be scanned whole, on the
+        # request's thread, for about a second per megabyte.
+        marker = f"...[truncated {len(text) - limit} chars]"
+        return self.redactor(text[:scanned])[: max(0, limit - len(marker))] + marker
 
     def clean_attribute(self, key: str, value: AttributeValue) -> AttributeValue:
         """Clean one exported attribute value (secret-named keys are masked whole)."""
