@@ -1,0 +1,277 @@
+"""Content capture is opt-in; secrets are masked and sizes capped in everything exported.
+
+Every check searches what actually reached the OTLP receiver, down to the raw export requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kaos_otel import KaosOtelManager, catalog
+from kaos_otel.receiver import OtlpReceiver, ReceivedLog, ReceivedSpan
+
+MakeOtel = Callable[..., KaosOtelManager]
+LOGGER = "test.content"
+
+
+def fake_api_key() -> str:
+    return "sk-proj-" + secrets.token_hex(24)
+
+
+def marker(label: str) -> str:
+    """A unique string standing for user content (built at run time, never in source lines)."""
+    return f"{label}-{secrets.token_hex(6)}"
+
+
+def raw_bytes(receiver: OtlpReceiver) -> bytes:
+    """Every export request the receiver accepted, serialized: the whole wire payload."""
+    return b"".join(request.SerializeToString() for request in receiver.raw_requests())
+
+
+def flush(otel: KaosOtelManager, receiver: OtlpReceiver, spans: int, logs: int) -> None:
+    assert otel.force_flush(5)
+    assert receiver.wait_for(lambda r: len(r.spans()) >= spans and len(r.logs()) >= logs, 10), (
+        receiver.spans(),
+        receiver.logs(),
+    )
+
+
+def only_span(receiver: OtlpReceiver, name: str) -> ReceivedSpan:
+    (span,) = [s for s in receiver.spans() if s.name == name]
+    return span
+
+
+def only_log(receiver: OtlpReceiver, needle: str) -> ReceivedLog:
+    (log,) = [log for log in receiver.logs() if needle in str(log.body)]
+    return log
+
+
+def record_agent_turn(otel: KaosOtelManager, content: dict[str, str]) -> None:
+    """A turn that offers every kind of content: messages, tool arguments, an exception message."""
+    log = logging.getLogger(LOGGER)
+    with otel.invoke_agent("assistant") as run, otel.agent_step(run):
+        with otel.model_call("assistant", "gpt-4o-mini") as model:
+            model.record_messages(
+                [{"role": "user", "content": content["prompt"]}],
+                [{"role": "assistant", "content": content["response"]}],
+            )
+        with otel.tool_call("assistant", "lookup", arguments={"query": content["arguments"]}):
+            pass
+        error = ValueError(content["exception"])
+        try:
+            with otel.tool_call("assistant", "failing"):
+                raise error
+        except ValueError:
+            log.exception("tool failed")
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_content_is_absent_by_default(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str
+) -> None:
+    logging.getLogger(LOGGER).setLevel(logging.INFO)
+    otel = make_otel(protocol)
+    content = {key: marker(key) for key in ("prompt", "response", "arguments", "exception")}
+    record_agent_turn(otel, content)
+    flush(otel, otlp_receiver, spans=5, logs=1)
+
+    chat = only_span(otlp_receiver, "chat gpt-4o-mini")
+    assert catalog.GEN_AI_INPUT_MESSAGES not in chat.attributes
+    assert catalog.GEN_AI_OUTPUT_MESSAGES not in chat.attributes
+    assert (
+        catalog.GEN_AI_TOOL_CALL_ARGUMENTS not in only_span(otlp_receiver, "execute_tool lookup").attributes
+    )
+    failing = only_span(otlp_receiver, "execute_tool failing")
+    (event,) = failing.events
+    assert event.attributes["exception.type"] == "ValueError"  # the type and frames stay
+    assert "record_agent_turn" in event.attributes["exception.stacktrace"]
+    log = only_log(otlp_receiver, "tool failed")
+    assert log.attributes["exception.type"] == "ValueError"
+    assert "record_agent_turn" in log.attributes["exception.stacktrace"]
+    payload = raw_bytes(otlp_receiver)
+    for key, value in content.items():
+        assert value.encode() not in payload, key
+
+
+@pytest.mark.parametrize("how", ["env", "env-true", "flag"])
+def test_content_is_present_when_opted_in(make_otel: MakeOtel, otlp_receiver: OtlpReceiver, how: str) -> None:
+    logging.getLogger(LOGGER).setLevel(logging.INFO)
+    if how == "env":
+        otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_AND_EVENT"})
+    elif how == "env-true":
+        otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"})
+    else:
+        otel = make_otel(capture_content=True)
+    content = {key: marker(key) for key in ("prompt", "response", "arguments", "exception")}
+    record_agent_turn(otel, content)
+    flush(otel, otlp_receiver, spans=5, logs=1)
+
+    chat = only_span(otlp_receiver, "chat gpt-4o-mini")
+    assert content["prompt"] in chat.attributes[catalog.GEN_AI_INPUT_MESSAGES]
+    assert content["response"] in chat.attributes[catalog.GEN_AI_OUTPUT_MESSAGES]
+    lookup = only_span(otlp_receiver, "execute_tool lookup")
+    assert content["arguments"] in lookup.attributes[catalog.GEN_AI_TOOL_CALL_ARGUMENTS]
+    (event,) = only_span(otlp_receiver, "execute_tool failing").events
+    assert event.attributes["exception.message"] == content["exception"]
+    log = only_log(otlp_receiver, "tool failed")
+    assert log.attributes["exception.message"] == content["exception"]
+    assert content["exception"] in log.attributes["exception.stacktrace"]
+
+
+def test_content_stays_off_spans_when_only_events_may_carry_it(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "EVENT_ONLY"})
+    content = {key: marker(key) for key in ("prompt", "response", "arguments", "exception")}
+    record_agent_turn(otel, content)
+    flush(otel, otlp_receiver, spans=5, logs=0)
+    payload = b"".join(r.SerializeToString() for r in otlp_receiver.raw_requests())
+    for key in ("prompt", "response", "arguments"):
+        assert content[key].encode() not in payload, key
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["capture-off", "capture-on"])
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_api_keys_are_masked_everywhere(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, capture: bool, protocol: str
+) -> None:
+    logging.getLogger(LOGGER).setLevel(logging.INFO)
+    otel = make_otel(protocol, capture_content=capture)
+    key = fake_api_key()
+    log = logging.getLogger(LOGGER)
+    with otel.span("request", attributes={"http.request.header.authorization": f"Bearer {key}"}) as span:
+        span.set_attribute("note", f"calling the model with {key} now")
+        span.set_attribute("openai_api_key", key)
+        span.set_attribute("keys", [key, "harmless"])
+        span.add_event("retry", {"detail": f"key={key}"})
+        log.warning("using key %s for the call", key)
+        with otel.model_call("assistant", "gpt-4o-mini") as model:
+            model.record_messages([{"role": "user", "content": f"my key is {key}"}], None)
+        with otel.tool_call("assistant", "http_get", arguments={"url": "https://x", "api_key": key}):
+            pass
+        try:
+            with otel.span("auth"):
+                raise PermissionError(f"401 for {key}")
+        except PermissionError:
+            log.exception("auth failed with %s", key)
+    flush(otel, otlp_receiver, spans=4, logs=2)
+
+    payload = raw_bytes(otlp_receiver)
+    assert key.encode() not in payload
+    assert key[-16:].encode() not in payload  # not even a tail of it
+    assert b"[REDACTED]" in payload
+    request = only_span(otlp_receiver, "request")
+    assert request.attributes["note"] == "calling the model with [REDACTED] now"
+    assert request.attributes["openai_api_key"] == "[REDACTED]"
+    assert request.attributes["keys"] == ("[REDACTED]", "harmless")
+    assert "[REDACTED]" in request.attributes["http.request.header.authorization"]
+    assert only_log(otlp_receiver, "using key").body == "using key [REDACTED] for the call"
+    (auth_event,) = only_span(otlp_receiver, "auth").events
+    if capture:
+        assert auth_event.attributes["exception.message"] == "401 for [REDACTED]"
+        assert only_log(otlp_receiver, "auth failed").attributes["exception.message"] == "401 for [REDACTED]"
+    else:
+        assert auth_event.attributes["exception.message"] == ""
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_huge_and_odd_values_are_capped_and_stringified(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str
+) -> None:
+    logging.getLogger(LOGGER).setLevel(logging.INFO)
+    otel = make_otel(protocol, capture_content=True)
+    ten_mb = "x" * 10_000_000
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "<Opaque thing>"
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no str for you")
+
+        __repr__ = __str__
+
+    with otel.span("sibling-before"):
+        pass
+    with otel.span("huge", attributes={"begin.big": ten_mb, "begin.set": {1, 2}}) as span:
+        span.set_attribute("big", ten_mb)
+        span.set_attribute("big.list", [ten_mb, "small"])
+        span.set_attribute("opaque", Opaque())
+        span.set_attribute("unprintable", Unprintable())
+        span.set_attribute("nested", {"a": [1, {"b": Opaque()}]})
+        span.set_attribute("mixed", [1, "two", 3.0])
+        span.add_event("big-event", {"payload": ten_mb, "obj": Opaque()})
+        with otel.model_call("assistant", "m") as model:
+            model.record_messages([{"role": "user", "content": ten_mb}], None)
+        logging.getLogger(LOGGER).info("body %s", ten_mb, extra={"blob": ten_mb, "obj": Opaque()})
+        try:
+            with otel.span("huge-error"):
+                raise ValueError(ten_mb)
+        except ValueError:
+            pass
+    with otel.span("sibling-after"):
+        pass
+    flush(otel, otlp_receiver, spans=5, logs=1)  # nothing rejected: every span of the batch arrived
+
+    limit = otel.settings.attribute_value_length_limit
+    assert len(raw_bytes(otlp_receiver)) < 1_000_000
+    huge = only_span(otlp_receiver, "huge")
+    for key in ("begin.big", "big"):
+        assert len(huge.attributes[key]) <= limit
+        assert "truncated" in huge.attributes[key]
+    assert all(len(item) <= limit for item in huge.attributes["big.list"])
+    assert huge.attributes["opaque"] == "<Opaque thing>"
+    assert huge.attributes["unprintable"] == "<unprintable Unprintable>"
+    assert huge.attributes["nested"] == '{"a": [1, {"b": "<Opaque thing>"}]}'
+    assert huge.attributes["begin.set"] == "{1, 2}"
+    assert isinstance(huge.attributes["mixed"], str)
+    (event,) = huge.events
+    assert len(event.attributes["payload"]) <= limit
+    chat = only_span(otlp_receiver, "chat m")
+    assert len(chat.attributes[catalog.GEN_AI_INPUT_MESSAGES]) <= limit
+    (error_event,) = only_span(otlp_receiver, "huge-error").events
+    assert len(error_event.attributes["exception.message"]) <= limit
+    assert len(error_event.attributes["exception.stacktrace"]) <= limit
+    log = only_log(otlp_receiver, "body ")
+    assert len(log.body) <= limit
+    assert len(log.attributes["blob"]) <= limit
+
+
+def test_the_cap_follows_the_attribute_length_limit_setting(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel(environ={"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "500"})
+    with otel.span("s") as span:
+        span.set_attribute("big", "y" * 100_000)
+        span.add_event("e", {"big": "z" * 100_000})
+    flush(otel, otlp_receiver, spans=1, logs=0)
+    span_received = only_span(otlp_receiver, "s")
+    assert len(span_received.attributes["big"]) == 500
+    assert len(span_received.events[0].attributes["big"]) == 500
+
+
+def test_a_huge_exception_message_costs_the_request_little(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """Redaction scans only what the cap keeps: not 10 MB on the request's thread."""
+    logging.getLogger(LOGGER).setLevel(logging.INFO)
+    otel = make_otel(capture_content=True)
+    message = "token=" + "a" * 10_000_000
+    started = time.perf_counter()
+    try:
+        with otel.span("fails"):
+            raise ValueError(message)
+    except ValueError:
+        logging.getLogger(LOGGER).exception("failed")
+    elapsed = time.perf_counter() - started
+    assert elapsed < 1.5, elapsed  # scanning it all takes several seconds
+    flush(otel, otlp_receiver, spans=1, logs=1)
+    (event,) = only_span(otlp_receiver, "fails").events
+    assert event.attributes["exception.message"].startswith("token=[REDACTED]")
+    assert only_log(otlp_receiver, "failed").attributes["exception.message"].startswith("token=[REDACTED]")
