@@ -139,6 +139,13 @@ def test_failure_scenario_is_a_502_with_a_json_error(agents: Agents) -> None:
     assert "unknown agent 'ghost'" in error["message"]
 
 
+def test_failure_before_the_first_chunk_of_a_stream_is_still_an_http_error(agents: Agents) -> None:
+    response = _post(agents.system.coordinator_url, SCENARIOS["failure"].prompt, stream=True)
+    assert response.status_code == 502
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["type"] == "unknown_agent"
+
+
 def test_failed_delegation_is_an_error_span_with_exception_log_and_error_outcome(
     agents: Agents, receiver: OtlpReceiver
 ) -> None:
