@@ -329,7 +329,12 @@ class SpanFactory:
                     try:
                         to_send = yield item
                     except GeneratorExit:
-                        generator.close()
+                        # closed early: its cleanup (finally blocks) still runs inside its span
+                        token = otel_context.attach(handle.context)
+                        try:
+                            generator.close()
+                        finally:
+                            otel_context.detach(token)
                         raise
                     except BaseException as exc:
                         to_throw = exc
@@ -372,7 +377,11 @@ class SpanFactory:
                     try:
                         to_send = yield item
                     except GeneratorExit:
-                        await generator.aclose()
+                        token = otel_context.attach(handle.context)
+                        try:
+                            await generator.aclose()
+                        finally:
+                            otel_context.detach(token)
                         raise
                     except BaseException as exc:
                         to_throw = exc
