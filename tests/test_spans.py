@@ -293,6 +293,49 @@ def test_generator_protocol_send_throw_close_and_return(
     assert one(spans, "returns").status_code == "UNSET"
 
 
+async def test_generator_cleanup_on_early_close_runs_inside_its_span(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    otel = make_otel()
+    cleanup_saw: list[str | None] = []
+
+    @otel.traced("gen")
+    def gen() -> Iterator[int]:
+        try:
+            yield 1
+            yield 2
+        finally:
+            cleanup_saw.append(current_name())
+            with otel.span("gen-cleanup"):
+                pass
+
+    @otel.traced("agen")
+    async def agen() -> AsyncIterator[int]:
+        try:
+            yield 1
+            yield 2
+        finally:
+            cleanup_saw.append(current_name())
+            with otel.span("agen-cleanup"):
+                pass
+
+    with otel.span("caller"):
+        for _ in gen():
+            break  # the generator is closed early
+        async_gen = agen()
+        await async_gen.__anext__()
+        await async_gen.aclose()  # type: ignore[attr-defined]
+        assert current_name() == "caller"
+    assert cleanup_saw == ["gen", "agen"]
+
+    spans = collect(otel, otlp_receiver, 5)
+    assert one(spans, "gen-cleanup").parent_span_id == one(spans, "gen").span_id
+    assert one(spans, "agen-cleanup").parent_span_id == one(spans, "agen").span_id
+    assert one(spans, "gen").status_code == one(spans, "agen").status_code == "UNSET"
+    assert_no_detach_errors(caplog)
+
+
 async def test_async_generator_closed_early_ends_span(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:
