@@ -277,8 +277,13 @@ class KaosOtelManager(AgentTelemetry):
 
     def _bridge_logging(self, policy: ContentPolicy) -> None:
         """Send Python logging records to the OTLP log pipeline, with the active span's ids."""
+        root = logging.getLogger()
+        if any(getattr(h, "_logger_provider", None) is self.logger_provider for h in root.handlers):
+            # Another manager on the same (global) providers, or the host's own OTel logging
+            # handler, already bridges them: a second handler would export every record twice.
+            return
         handler = KaosLoggingHandler(self.logger_provider, policy)
-        logging.getLogger().addHandler(handler)
+        root.addHandler(handler)
         self._log_handler = handler
 
     # --- lifecycle ------------------------------------------------------------------------------
