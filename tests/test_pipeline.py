@@ -279,6 +279,28 @@ def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
     assert {s.service_name for s in spans} == {"host-app"}  # exported once, by the host's pipeline
 
 
+def test_two_managers_on_the_global_providers_export_each_log_once(otlp_receiver: OtlpReceiver) -> None:
+    result = run_python(
+        """
+        import logging
+        from kaos_otel import KaosOtelManager
+        first = KaosOtelManager("app", endpoint=ENDPOINT)
+        second = KaosOtelManager("library", endpoint=ENDPOINT)  # finds and uses first's providers
+        assert second.tracer_provider is first.tracer_provider
+        assert second.logger_provider is first.logger_provider
+        logging.getLogger("app").warning("exported once")
+        second.shutdown(timeout=2)  # the library goes away; the app's logging still works
+        logging.getLogger("app").warning("still exported")
+        first.shutdown(timeout=5)
+        print("OK")
+        """.replace("ENDPOINT", repr(otlp_receiver.grpc_endpoint)),
+        clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 2, 10)
+    assert sorted(log.body for log in otlp_receiver.logs()) == ["exported once", "still exported"]
+
+
 # --- configuration ---------------------------------------------------------------------------
 
 
