@@ -19,10 +19,6 @@ FastAPI's would be a second, sibling server span (its error logs also carry exce
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _absorb(signum: int, frame: FrameType | None) -> None:
-    """Ignore the stop signal uvicorn re-raises after its graceful shutdown."""
-
-
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, fd: int | None = None) -> None:
     """Serve ``app`` until SIGINT/SIGTERM, shut down gracefully, then return (so callers can flush).
 
@@ -37,11 +33,17 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, fd: int | None = 
         sock.bind((host, port))
         sock.listen(128)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
-    # uvicorn handles the signal, then re-raises it with the handler it found installed: with the
-    # default one the process would die before the caller's telemetry flush.
-    previous = {sig: signal.signal(sig, _absorb) for sig in _STOP_SIGNALS}
+    server = uvicorn.Server(config)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        server.should_exit = True
+
+    # While it runs, uvicorn handles stop signals itself, then re-raises them with the handler it
+    # found: with the default one the process would die before the caller's telemetry flush. This
+    # handler also covers a signal that arrives before uvicorn has started.
+    previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -15,11 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Self
 
 import httpx
@@ -101,7 +102,12 @@ class Supervisor:
         if spec.name in self.services:
             raise ValueError(f"service {spec.name!r} already started")
         log_path = self.workdir / f"{spec.name}.log"
-        with socket.create_server(("127.0.0.1", 0)) as sock, log_path.open("wb") as log:
+        # A Ctrl-C landing inside Popen would leave a started child unregistered, so never stopped.
+        with (
+            _deferred_stop_signals(),
+            socket.create_server(("127.0.0.1", 0)) as sock,
+            log_path.open("wb") as log,
+        ):
             sock.set_inheritable(True)
             command = [sys.executable, "-m", "instrumented_agent.cli", "serve", *spec.serve_args]
             process = subprocess.Popen(
@@ -114,8 +120,8 @@ class Supervisor:
                 start_new_session=True,
             )
             url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        service = RunningService(spec.name, process, url, log_path, spec.ready_path)
-        self.services[spec.name] = service
+            service = RunningService(spec.name, process, url, log_path, spec.ready_path)
+            self.services[spec.name] = service
         return service
 
     def wait_ready(self, services: Sequence[RunningService]) -> None:
@@ -157,6 +163,27 @@ class Supervisor:
             for process in running:
                 _kill(process)
             raise
+
+
+@contextlib.contextmanager
+def _deferred_stop_signals() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the block ends, then deliver them to the handlers in place before."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def defer(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, defer) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in received:
+            signal.raise_signal(signum)
 
 
 def _answers(client: httpx.Client, url: str) -> bool:
