@@ -135,7 +135,6 @@ class _Output:
     """Human-readable progress on stdout, or on stderr when stdout carries the JSON summary."""
 
     def __init__(self, json_mode: bool) -> None:
-        self.json_mode = json_mode
         self.stream: TextIO = sys.stderr if json_mode else sys.stdout
 
     def say(self, text: str = "") -> None:
