@@ -7,10 +7,12 @@ Names of everything emitted live in :mod:`kaos_otel.catalog`.
 
 from kaos_otel._config import ContentCapture, Protocol, TelemetrySettings, TrustPolicy
 from kaos_otel._content import ContentPolicy, default_redactor
+from kaos_otel._logs import console_handler
 from kaos_otel._manager import KaosOtelManager
 from kaos_otel._metrics import metric_views
 from kaos_otel._spans import SpanHandle
 from kaos_otel._telemetry import AgentRun, AgentTelemetry, MemoryOperation, ModelCall
+from kaos_otel._trace_tree import render_trace_trees
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome
 from kaos_otel.context import run_in_executor_in_context, submit_in_context, wrap_in_context
 from kaos_otel.distro import configure
@@ -31,8 +33,10 @@ __all__ = [
     "TelemetrySettings",
     "TrustPolicy",
     "configure",
+    "console_handler",
     "default_redactor",
     "metric_views",
+    "render_trace_trees",
     "run_in_executor_in_context",
     "submit_in_context",
     "wrap_in_context",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import Protocol
 
-import httpx
 from opentelemetry import baggage, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
@@ -35,14 +35,26 @@ def inject_headers(
     return carrier
 
 
-def inject_request_hook(request: httpx.Request) -> None:
-    """httpx request event hook: add trace context headers without creating a span."""
+class _HasHeaders(Protocol):
+    """Any HTTP request object with a mutable ``headers`` mapping (httpx, httpx2, requests)."""
+
+    @property
+    def headers(self) -> MutableMapping[str, str]: ...
+
+
+def inject_request_hook(request: _HasHeaders) -> None:
+    """httpx request event hook: add trace context headers without creating a span.
+
+    ``httpx.Client(event_hooks={"request": [inject_request_hook]})``; works with any request
+    object that has a mutable ``headers`` mapping.
+    """
     carrier: dict[str, str] = {}
     inject_headers(carrier)
-    request.headers.update(carrier)
+    for key, value in carrier.items():
+        request.headers[key] = value
 
 
-async def async_inject_request_hook(request: httpx.Request) -> None:
+async def async_inject_request_hook(request: _HasHeaders) -> None:
     """The ``httpx.AsyncClient`` form of :func:`inject_request_hook`."""
     inject_request_hook(request)
 

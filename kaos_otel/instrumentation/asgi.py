@@ -13,7 +13,7 @@ from opentelemetry.trace import SpanKind
 
 from kaos_otel import catalog
 from kaos_otel._config import TrustPolicy
-from kaos_otel._internal_log import internal_error
+from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._telemetry import AgentTelemetry
 from kaos_otel.catalog import Outcome
 from kaos_otel.propagation import extract_incoming
@@ -23,6 +23,15 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+FASTAPI_NATIVE_TELEMETRY_OFF: dict[str, bool] = {"tracing": False, "metrics": False, "logs": False}
+"""``FastAPI(telemetry=...)`` value that leaves server spans, metrics and logs to this middleware.
+
+FastAPI (0.16x) ships its own OpenTelemetry around the whole application: with it on, every
+request gets a second server span, the agent span hangs off FastAPI's endpoint span, and its
+error logs carry exception messages regardless of the content policy.
+"""
 
 
 class TraceContextMiddleware:
@@ -55,6 +64,12 @@ class TraceContextMiddleware:
         if scope["type"] != "http" or scope.get("path") in self._excluded or not self._otel.enabled:
             await self.app(scope, receive, send)
             return
+        if "fastapi.telemetry" in scope:
+            log_once(
+                "fastapi-native-telemetry",
+                "kaos-otel: FastAPI's native telemetry is on as well and adds a second server span; "
+                "create the app with FastAPI(telemetry=FASTAPI_NATIVE_TELEMETRY_OFF)",
+            )
         handle = self._begin(scope)
         status_code = 0
 
