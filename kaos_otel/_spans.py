@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from types import TracebackType
@@ -28,6 +29,7 @@ from kaos_otel._internal_log import internal_error
 from kaos_otel.catalog import Outcome
 
 _HANDLE_KEY = otel_context.create_key("kaos_otel.span_handle")
+_END_LOCK = threading.Lock()
 _ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
 _OVERRIDDEN_BY_EXCEPTION = frozenset({None, Outcome.SUCCESS, Outcome.DEGRADED})
 
@@ -130,7 +132,7 @@ class SpanHandle:
     # --- ending -----------------------------------------------------------------------------
     def success(self) -> None:
         """End the span; its outcome is ``success`` unless :meth:`set_outcome` said otherwise."""
-        if self._ended:
+        if not self._claim_end():
             return
         if self._outcome is None:
             self._outcome = Outcome.SUCCESS
@@ -138,7 +140,7 @@ class SpanHandle:
 
     def failure(self, exc: BaseException) -> None:
         """End the span as failed by ``exc``: exception event, ERROR status and ``error.type``."""
-        if self._ended:
+        if not self._claim_end():
             return
         canceled = isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt)
         if self._outcome in _OVERRIDDEN_BY_EXCEPTION:
@@ -153,8 +155,15 @@ class SpanHandle:
             internal_error("recording an exception", internal)
         self._end()
 
+    def _claim_end(self) -> bool:
+        """Mark the span as ending; ``False`` if another call, on any thread, already did."""
+        with _END_LOCK:
+            if self._ended:
+                return False
+            self._ended = True
+            return True
+
     def _end(self) -> None:
-        self._ended = True
         span = self.span
         try:
             outcome = self._outcome or Outcome.SUCCESS
