@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, Self, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -191,7 +191,7 @@ class SpanHandle:
             otel_context.attach(live_context(self._previous))
 
     # --- context manager ----------------------------------------------------------------------
-    def __enter__(self) -> SpanHandle:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -202,7 +202,7 @@ class SpanHandle:
         else:
             self.failure(exc)
 
-    async def __aenter__(self) -> SpanHandle:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
