@@ -7,8 +7,9 @@ export thread, never on the request's thread, and they never raise into the SDK.
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
@@ -17,9 +18,10 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
+from opentelemetry.util.types import AttributeValue
 
 from kaos_otel._content import ContentPolicy
-from kaos_otel._internal_log import internal_error
+from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel.exporters.health import TelemetryHealth
 
 _log = logging.getLogger(__name__)
@@ -54,26 +56,54 @@ class _InFlight:
             return count
 
 
-class SanitizingSpanExporter(SpanExporter):
-    """Redacts and caps every span attribute, event attribute and status message, then exports."""
+MAX_REQUEST_BYTES = 3 * 2**20
+"""Estimated encoded size above which a batch is sent as several export requests.
 
-    def __init__(self, inner: SpanExporter, policy: ContentPolicy, health: TelemetryHealth) -> None:
+gRPC servers, the OpenTelemetry Collector included, reject a request over 4 MiB by default, and
+with it every span of the batch: 512 spans whose values are each capped at 8 KiB already weigh
+more than that.
+"""
+
+
+class SanitizingSpanExporter(SpanExporter):
+    """Redacts and caps every span attribute, event attribute and status message, then exports.
+
+    A batch whose estimated encoded size exceeds ``max_request_bytes`` is sent as several
+    requests, so that a few large spans do not get a whole batch rejected by the collector.
+    """
+
+    def __init__(
+        self,
+        inner: SpanExporter,
+        policy: ContentPolicy,
+        health: TelemetryHealth,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:
         self._inner = inner
         self._policy = policy
         self._health = health
+        self._max_request_bytes = max_request_bytes
         self._in_flight = _InFlight()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Export cleaned copies; a failure is counted, never raised."""
+        """Export cleaned copies; a failure is counted, never raised.
+
+        After a request fails, the rest of the batch is not sent (the collector is unreachable
+        or refusing): it is counted as lost with the failed request.
+        """
         self._in_flight.start(len(spans))
+        pending = len(spans)
         try:
-            result = self._inner.export([self._clean(span) for span in spans])
+            for request in _split_by_size([self._clean(span) for span in spans], self._max_request_bytes):
+                if self._inner.export(request) is not SpanExportResult.SUCCESS:
+                    break
+                self._in_flight.finish(len(request))
+                pending -= len(request)
         except Exception as exc:
             internal_error("span export", exc)
-            result = SpanExportResult.FAILURE
-        if self._in_flight.finish(len(spans)) and result is not SpanExportResult.SUCCESS:
-            self._health.record_drop("traces", "export_failed", len(spans))
-        return result
+        if self._in_flight.finish(pending) and pending:
+            self._health.record_drop("traces", "export_failed", pending)
+        return SpanExportResult.FAILURE if pending else SpanExportResult.SUCCESS
 
     def abandon(self) -> int:
         """Spans in an export still running, now counted by the caller; later results are not counted."""
@@ -186,6 +216,51 @@ def _count_points(metrics_data: MetricsData) -> int:
     )
 
 
+_SPAN_OVERHEAD_BYTES = 96
+"""Ids, timestamps, kind, status and field tags of one encoded span (an overestimate)."""
+
+
+def _split_by_size(spans: list[ReadableSpan], limit: int) -> Iterator[list[ReadableSpan]]:
+    """Consecutive runs of ``spans`` whose estimated encoded size stays within ``limit``."""
+    request: list[ReadableSpan] = []
+    size = 0
+    for span in spans:
+        span_size = _span_size(span)
+        if request and size + span_size > limit:
+            yield request
+            request, size = [], 0
+        request.append(span)
+        size += span_size
+    if request:
+        yield request
+
+
+def _span_size(span: ReadableSpan) -> int:
+    """An upper estimate of a span's encoded size in bytes."""
+    size = _SPAN_OVERHEAD_BYTES + len(span.name) + _attributes_size(span.attributes)
+    for event in span.events:
+        size += 24 + len(event.name) + _attributes_size(event.attributes)
+    for link in span.links:
+        size += 48 + _attributes_size(link.attributes)
+    return size
+
+
+def _attributes_size(attributes: Mapping[str, AttributeValue] | None) -> int:
+    if not attributes:
+        return 0
+    return sum(8 + len(key) + _value_size(value) for key, value in attributes.items())
+
+
+def _value_size(value: object) -> int:
+    if isinstance(value, str):
+        return len(value) if value.isascii() else 4 * len(value)
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, Sequence):
+        return sum(2 + _value_size(item) for item in value)
+    return 10
+
+
 def _abandon_batch(processor: BatchSpanProcessor | BatchLogRecordProcessor) -> int:
     """Stop an SDK batch processor from exporting; returns the items it still holds.
 
@@ -225,8 +300,40 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
             self._health.record_drop("traces", "shutdown")
             return
         if span.context is not None and span.context.trace_flags.sampled and _queue_is_full(self):
+            if self._push_out_oldest(span):
+                return
             self._health.record_drop("traces", "queue_full")
         super().on_end(span)
+
+    def _push_out_oldest(self, span: ReadableSpan) -> bool:
+        """Queue ``span`` into the full queue, dropping (and counting) the oldest, as the SDK would.
+
+        The SDK drops the same span but also logs a warning for every span it drops: during a
+        collector outage that is a log record built on the request's thread for each span (about
+        half the cost of the span itself). Taking the oldest out before queueing also counts a drop
+        only when one happens (the export thread may have emptied the queue meanwhile). Falls back
+        to the SDK (``False``) after a fork, which the SDK handles on its next emit.
+        """
+        batch = getattr(self, "_batch_processor", None)
+        queue = getattr(batch, "_queue", None)
+        awaken = getattr(batch, "_worker_awaken", None)
+        if queue is None or awaken is None or getattr(batch, "_pid", None) != os.getpid():
+            return False
+        log_once(
+            "span-queue-full",
+            "kaos-otel: the span queue is full (collector slow or down); the oldest spans are "
+            "dropped and counted in kaos.telemetry.dropped",
+        )
+        try:
+            queue.pop()
+        except IndexError:  # the export thread took the whole queue meanwhile: nothing is lost
+            pass
+        else:
+            self._health.record_drop("traces", "queue_full")
+        queue.appendleft(span)
+        if not awaken.is_set():
+            awaken.set()
+        return True
 
     def on_start(self, span: Span, parent_context: object = None) -> None:
         """Nothing to do when a span starts."""
