@@ -36,8 +36,11 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
 )
 
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|api[_-]?key|apikey|authorization|credential)")
+# A necessary condition for any pattern above to match, searched in the case-folded text:
+# without IGNORECASE the regex engine scans several times faster (this runs on every exported
+# string, on the export thread).
 _QUICK_CHECK = re.compile(
-    r"(?i)sk-|rk-|pk-|AIza|gh[pousr]_|xox|AKIA|bearer|basic|pass|pwd|secret|token|key|auth|credential"
+    r"sk-|rk-|pk-|aiza|gh[pousr]_|xox|akia|bearer|basic|pass|pwd|secret|token|key|auth|credential"
 )
 
 Redactor = Callable[[str], str]
@@ -47,7 +50,7 @@ REDACTION_MARGIN = 256
 
 def default_redactor(text: str) -> str:
     """Mask API keys, bearer tokens and passwords in ``text``."""
-    if not _QUICK_CHECK.search(text):
+    if not _QUICK_CHECK.search(text.casefold()):
         return text
     for pattern in DEFAULT_SECRET_PATTERNS:
         if "value" in pattern.groupindex:
