@@ -408,8 +408,8 @@ class _Servicer(
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, receiver: OtlpReceiver) -> None:
-        super().__init__(("127.0.0.1", 0), _HttpHandler)
+    def __init__(self, receiver: OtlpReceiver, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _HttpHandler)
         self.receiver = receiver
 
 
@@ -464,15 +464,17 @@ class _HttpHandler(BaseHTTPRequestHandler):
 
 
 class OtlpReceiver:
-    """OTLP receiver serving gRPC and HTTP/protobuf on ephemeral 127.0.0.1 ports.
+    """OTLP receiver serving gRPC and HTTP/protobuf on 127.0.0.1 (ephemeral ports unless given).
 
     ``set_failure("unavailable")`` makes exports fail (gRPC UNAVAILABLE / HTTP 503);
     ``set_failure("hang")`` blocks them until the mode changes or ``stop()`` is called, after which
     they are answered as unavailable. Failed or hung requests are not recorded.
     """
 
-    def __init__(self, json_path: Path | None = None) -> None:
+    def __init__(self, json_path: Path | None = None, *, grpc_port: int = 0, http_port: int = 0) -> None:
+        """``grpc_port`` / ``http_port``: fixed ports (to restart on the same ones); 0 picks free ports."""
         self._json_path = json_path
+        self._wanted_ports = (grpc_port, http_port)
         self._lock = threading.Lock()
         self._mode_changed = threading.Condition()
         self._failure: FailureMode = "ok"
@@ -497,10 +499,10 @@ class OtlpReceiver:
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-        self._grpc_port = server.add_insecure_port("127.0.0.1:0")
+        self._grpc_port = server.add_insecure_port(f"127.0.0.1:{self._wanted_ports[0]}")
         server.start()
         self._grpc_server = server
-        self._http_server = _HttpServer(self)
+        self._http_server = _HttpServer(self, self._wanted_ports[1])
         self._http_thread = threading.Thread(
             target=self._http_server.serve_forever, name="otlp-http", daemon=True
         )
