@@ -180,7 +180,7 @@ def test_server_span_continues_the_caller_and_parents_the_agent(
         answer = client.post(f"{base}/run").json()
         otel.span_success(delegation)
 
-    flush_until(otel, otlp_receiver, lambda r: len(r.spans()) >= 3 and logs_with(r, "handling case"))
+    flush_until(otel, otlp_receiver, lambda r: len(r.spans()) >= 3 and bool(logs_with(r, "handling case")))
     (client_span,) = [s for s in otlp_receiver.spans() if s.kind == "CLIENT"]
     (server_span,) = [s for s in otlp_receiver.spans() if s.kind == "SERVER"]
     (agent_span,) = [s for s in named(otlp_receiver, "invoke_agent worker") if s.kind == "INTERNAL"]
@@ -234,7 +234,7 @@ def test_streaming_response_keeps_context_until_the_last_chunk(
         chunks = list(response.iter_lines())
     assert chunks == ["chunk 0", "chunk 1", "chunk 2", "done"]
 
-    flush_until(otel, otlp_receiver, lambda r: len(r.spans()) >= 4 and logs_with(r, "last chunk"))
+    flush_until(otel, otlp_receiver, lambda r: len(r.spans()) >= 4 and bool(logs_with(r, "last chunk")))
     caller_id = trace.format_span_id(caller.span.get_span_context().span_id)
     (server,) = [s for s in otlp_receiver.spans() if s.kind == "SERVER"]
     (agent,) = named(otlp_receiver, "invoke_agent streamer")

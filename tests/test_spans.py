@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import traceback
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
@@ -245,17 +247,17 @@ async def test_decorator_all_function_kinds(
     assert coro.kind == "CLIENT"
     assert coro.attributes["fixed"] == "attr"
     for i in range(3):
-        item = one(spans, f"gen-item-{i}")
-        assert item.parent_span_id == gen.span_id  # code inside the generator sees its span
-        assert gen.start_time_unix_nano <= item.start_time_unix_nano
-        assert item.end_time_unix_nano <= gen.end_time_unix_nano  # the span covers the iteration
+        gen_item = one(spans, f"gen-item-{i}")
+        assert gen_item.parent_span_id == gen.span_id  # code inside the generator sees its span
+        assert gen.start_time_unix_nano <= gen_item.start_time_unix_nano
+        assert gen_item.end_time_unix_nano <= gen.end_time_unix_nano  # the span covers the iteration
         assert one(spans, f"consumer-{i}").parent_span_id == caller.span_id
     assert one(spans, "consumer-2").end_time_unix_nano <= gen.end_time_unix_nano
     for i in range(2):
-        item = one(spans, f"agen-item-{i}")
-        assert item.parent_span_id == agen.span_id
-        assert agen.start_time_unix_nano <= item.start_time_unix_nano
-        assert item.end_time_unix_nano <= agen.end_time_unix_nano
+        agen_item = one(spans, f"agen-item-{i}")
+        assert agen_item.parent_span_id == agen.span_id
+        assert agen.start_time_unix_nano <= agen_item.start_time_unix_nano
+        assert agen_item.end_time_unix_nano <= agen.end_time_unix_nano
 
 
 def test_generator_protocol_send_throw_close_and_return(
@@ -264,7 +266,7 @@ def test_generator_protocol_send_throw_close_and_return(
     otel = make_otel()
 
     @otel.traced("echo")
-    def echo() -> Iterator[str]:
+    def echo() -> Generator[str, str, None]:
         received = yield "ready"
         while True:
             try:
@@ -273,11 +275,11 @@ def test_generator_protocol_send_throw_close_and_return(
                 received = f"handled {exc}"
 
     @otel.traced("returns")
-    def returns() -> Iterator[int]:
+    def returns() -> Generator[int, None, int]:
         yield 1
         return 42
 
-    def delegate() -> Iterator[int]:
+    def delegate() -> Generator[int, None, None]:
         result = yield from returns()
         yield result
 
@@ -486,6 +488,57 @@ def test_ending_from_another_thread(
     assert one(spans, "after").parent_span_id == outer.span_id
     assert one(spans, "thread-root").parent_span_id is None
     assert_no_detach_errors(caplog)
+
+
+def test_ending_concurrently_from_two_threads_ends_once(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A watchdog failing a call while the worker succeeds it: one end, one metric count."""
+    caplog.set_level(logging.WARNING)
+    otel = make_otel(environ={"OTEL_BSP_MAX_QUEUE_SIZE": "10000"})
+    count = 3000
+    handles = [otel.tool_call("agent", "race") for _ in range(count)]
+    for handle in handles:  # begun spans nest: leave the context as it was
+        otel_context.attach(handle.context)
+    otel_context.attach(otel_context.Context())
+    start = threading.Barrier(2)
+
+    def end_all(end: Callable[[SpanHandle], None]) -> None:
+        start.wait()
+        for handle in handles:
+            end(handle)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # make the threads interleave as much as possible
+    try:
+        workers = [
+            threading.Thread(target=end_all, args=(lambda h: h.success(),)),
+            threading.Thread(target=end_all, args=(lambda h: h.failure(TimeoutError()),)),
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        sys.setswitchinterval(switch)
+
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) >= count, 10)
+    assert len(otlp_receiver.spans()) == count
+
+    def calls(r: OtlpReceiver) -> float:
+        """Tool calls counted: the latest cumulative value of each label set, summed."""
+        latest: dict[tuple[tuple[str, object], ...], float] = {}
+        for point in r.metric_points():
+            if point.name == "kaos.tool.calls":
+                labels = tuple(sorted(point.attributes.items()))
+                latest[labels] = max(latest.get(labels, 0), point.value or 0)
+        return sum(latest.values())
+
+    assert otlp_receiver.wait_for(lambda r: calls(r) >= count, 10)
+    assert calls(otlp_receiver) == count
+    assert not [r for r in caplog.records if "ended span" in r.getMessage()]
+    assert otel.health.dropped() == 0
 
 
 async def test_ending_from_another_task(
