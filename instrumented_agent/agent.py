@@ -168,14 +168,13 @@ class Agent:
 
     async def _call_model(self, conversation: list[ChatMessage], on_delta: DeltaSink | None) -> Completion:
         model = self.config.model_name
-        call = self._otel.model_call(
+        with self._otel.model_call(
             self.name,
             model,
             provider=self.config.model_provider,
             server_address=self._model.server_address,
             server_port=self._model.server_port,
-        )
-        with call:
+        ) as call:
             with _logged("model call"):
                 completion = await self._model.complete(
                     model, conversation, self.tool_definitions(), on_delta

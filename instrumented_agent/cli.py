@@ -19,7 +19,7 @@ _QUIET_LOGGERS = ("httpx", "httpx2", "mcp", "uvicorn.error")
 
 def _configure_logging() -> None:
     """INFO logs to stderr with trace and span ids (the manager also exports them over OTLP)."""
-    from kaos_otel._logs import console_handler
+    from kaos_otel import console_handler
 
     root = logging.getLogger()
     root.setLevel(logging.INFO)

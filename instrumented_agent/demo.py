@@ -25,8 +25,7 @@ from instrumented_agent.config import USER_ID_HEADER
 from instrumented_agent.server import TRACE_ID_HEADER
 from instrumented_agent.supervisor import StartupError, Supervisor
 from instrumented_agent.system import System, otlp_env, start_system
-from kaos_otel import catalog
-from kaos_otel._trace_tree import render_trace_trees
+from kaos_otel import catalog, render_trace_trees
 from kaos_otel.receiver import OtlpReceiver, ReceivedMetricPoint, ReceivedSpan
 
 __all__ = ["SCENARIOS", "Scenario", "ScenarioResult", "request_counts", "run_demo", "run_scenario"]

@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
 from instrumented_agent.errors import ToolError
-from kaos_otel.propagation import inject_headers
+from kaos_otel.propagation import async_inject_request_hook
 
 __all__ = ["McpTool", "McpToolbox"]
 
@@ -28,11 +28,6 @@ _log = logging.getLogger(__name__)
 _RETRY_INITIAL_S = 0.2
 _RETRY_MAX_S = 5.0
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
-
-
-async def _inject_trace_context(request: httpx2.Request) -> None:
-    """httpx2 request hook: add ``traceparent``/``tracestate`` for the current span."""
-    request.headers.update(inject_headers())
 
 
 @dataclass(frozen=True)
@@ -113,7 +108,7 @@ class McpToolbox:
             try:
                 async with (
                     httpx2.AsyncClient(
-                        timeout=_HTTP_TIMEOUT, event_hooks={"request": [_inject_trace_context]}
+                        timeout=_HTTP_TIMEOUT, event_hooks={"request": [async_inject_request_hook]}
                     ) as http,
                     Client(streamable_http_client(session.url, http_client=http)) as client,
                 ):
