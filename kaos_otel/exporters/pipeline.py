@@ -246,19 +246,24 @@ def _span_size(span: ReadableSpan) -> int:
 
 
 def _attributes_size(attributes: Mapping[str, AttributeValue] | None) -> int:
+    """Keys and string values counted in full; 16 bytes per attribute for tags, numbers, flags."""
     if not attributes:
         return 0
-    return sum(8 + len(key) + _value_size(value) for key, value in attributes.items())
+    size = 16 * len(attributes)
+    for key, value in attributes.items():
+        size += len(key)
+        if isinstance(value, str):
+            size += _text_size(value)
+        elif isinstance(value, tuple | list):  # the SDK stores sequences as tuples
+            size += sum(8 + (_text_size(item) if isinstance(item, str) else 0) for item in value)
+        elif isinstance(value, bytes):
+            size += len(value)
+    return size
 
 
-def _value_size(value: object) -> int:
-    if isinstance(value, str):
-        return len(value) if value.isascii() else 4 * len(value)
-    if isinstance(value, bytes):
-        return len(value)
-    if isinstance(value, Sequence):
-        return sum(2 + _value_size(item) for item in value)
-    return 10
+def _text_size(text: str) -> int:
+    """UTF-8 size of ``text``, overestimated as 4 bytes a character unless it is ASCII."""
+    return len(text) if text.isascii() else 4 * len(text)
 
 
 def _abandon_batch(processor: BatchSpanProcessor | BatchLogRecordProcessor) -> int:
