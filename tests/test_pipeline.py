@@ -357,10 +357,16 @@ def test_constructor_overrides_and_per_signal_endpoints(
 
 
 def test_exporter_logging_is_not_fed_back_into_the_pipeline(
-    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+    make_otel: MakeOtel,
+    otlp_receiver: OtlpReceiver,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """At DEBUG the HTTP exporter's urllib3 logs every request; exporting those would never end."""
     caplog.set_level(logging.DEBUG)
+    for name in ("urllib3", "urllib3.connectionpool"):  # in case an earlier dictConfig disabled them
+        monkeypatch.setattr(logging.getLogger(name), "disabled", False)
+        caplog.set_level(logging.DEBUG, logger=name)
     otel = make_otel("http/protobuf")
     with otel.span("s"):
         logging.getLogger("app").info("the only record")
