@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -99,20 +101,28 @@ def build_resource(settings: TelemetrySettings, *, from_process_env: bool = True
     return sdk.merge(ServiceInstanceIdResourceDetector().detect()).merge(Resource(attributes))
 
 
-def run_with_deadline(action: Callable[[], object], timeout_s: float, what: str) -> bool:
-    """Run ``action`` on a daemon thread and wait at most ``timeout_s``; ``False`` if it did not finish."""
-    finished = threading.Event()
+def run_with_deadline(actions: Sequence[Callable[[], object]], timeout_s: float, what: str) -> bool:
+    """Run each action on its own daemon thread, all at once, and wait at most ``timeout_s`` in total.
 
-    def target() -> None:
-        try:
-            action()
-        except Exception as exc:
-            internal_error(what, exc)
-        finally:
-            finished.set()
+    Returns ``False`` if any did not finish in time. Running them side by side means a hung
+    trace export cannot use up the time the logs and metrics needed to flush.
+    """
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    events: list[threading.Event] = []
+    for index, action in enumerate(actions):
+        finished = threading.Event()
 
-    threading.Thread(target=target, name=f"kaos-otel-{what}", daemon=True).start()
-    return finished.wait(max(0.0, timeout_s))
+        def target(action: Callable[[], object] = action, finished: threading.Event = finished) -> None:
+            try:
+                action()
+            except Exception as exc:
+                internal_error(what, exc)
+            finally:
+                finished.set()
+
+        threading.Thread(target=target, name=f"kaos-otel-{what}-{index}", daemon=True).start()
+        events.append(finished)
+    return all(event.wait(max(0.0, deadline - time.monotonic())) for event in events)
 
 
 class KaosOtelManager(AgentTelemetry):
@@ -292,11 +302,12 @@ class KaosOtelManager(AgentTelemetry):
         if not self._owned:
             return True
 
-        def flush() -> None:
-            for provider in self._owned:
-                provider.force_flush(int(timeout * 1000))
-
-        return run_with_deadline(flush, timeout, "force_flush")
+        millis = int(timeout * 1000)
+        return run_with_deadline(
+            [functools.partial(provider.force_flush, millis) for provider in self._owned],
+            timeout,
+            "force_flush",
+        )
 
     def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Flush and stop the pipeline with a hard deadline; safe to call twice (also runs at exit)."""
@@ -309,16 +320,13 @@ class KaosOtelManager(AgentTelemetry):
         atexit.unregister(self.shutdown)
         if not self._owned:
             return True
-        owned = list(self._owned)
-
-        def stop() -> None:
-            for provider in owned:
-                if isinstance(provider, MeterProvider):
-                    provider.shutdown(timeout_millis=timeout * 1000)
-                else:
-                    provider.shutdown()
-
-        finished = run_with_deadline(stop, timeout, "shutdown")
+        stops = [
+            functools.partial(provider.shutdown, timeout_millis=timeout * 1000)
+            if isinstance(provider, MeterProvider)
+            else provider.shutdown
+            for provider in self._owned
+        ]
+        finished = run_with_deadline(stops, timeout, "shutdown")
         if not finished:
             # What the pipeline still holds will not be exported in time: count it as lost now,
             # while someone can still read the count (the process may be about to exit).

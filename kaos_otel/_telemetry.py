@@ -8,7 +8,7 @@ global providers.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
@@ -163,14 +163,32 @@ class AgentTelemetry:
         """A span for a ``with`` block: ``with otel.span("step") as span: ...``."""
         return self.span_begin(name, kind, attributes, links=links, parent=parent)
 
+    @overload
+    def traced(self, name: F, /) -> F: ...
+
+    @overload
     def traced(
         self,
         name: str | None = None,
         *,
         kind: SpanKind = SpanKind.INTERNAL,
         attributes: Mapping[str, AttributeValue] | None = None,
-    ) -> Callable[[F], F]:
-        """Decorator for sync, async, generator and async-generator functions."""
+    ) -> Callable[[F], F]: ...
+
+    def traced(
+        self,
+        name: str | Callable[..., Any] | None = None,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> Any:
+        """Decorator for sync, async, generator and async-generator functions.
+
+        Use it as ``@otel.traced`` or ``@otel.traced("name", kind=..., attributes=...)``; the span
+        is named after the function's qualified name unless a name is given.
+        """
+        if callable(name):
+            return self.traced()(name)
         if not self._enabled:
             return _identity
         return self._spans.traced(name, kind=kind, attributes=attributes)

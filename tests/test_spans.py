@@ -625,3 +625,25 @@ async def test_thread_pool_work_keeps_its_parent(
         assert one(spans, name).parent_span_id == request.span_id, name
         assert one(spans, name).trace_id == request.trace_id
     assert one(spans, "plain-submit").parent_span_id is None
+
+
+def test_bare_decorator_traces_and_disabled_decorator_keeps_behaviour(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+
+    @otel.traced
+    def add_one(value: int) -> int:
+        return value + 1
+
+    disabled = make_otel(environ={"OTEL_SDK_DISABLED": "true"})
+
+    @disabled.traced
+    def add_two(value: int) -> int:
+        return value + 2
+
+    assert add_one(1) == 2
+    assert add_two(1) == 3
+    assert otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: any(s.name.endswith("add_one") for s in r.spans()), 5)
+    assert not any(s.name.endswith("add_two") for s in otlp_receiver.spans())
