@@ -668,7 +668,7 @@ def metrics_markdown() -> str:
         "# Metrics",
         "",
         "<!-- Generated from kaos_otel/catalog.py by",
-        "     `python -m kaos_otel.catalog --markdown > docs/metrics.md`;",
+        "     `kaos-otel catalog --markdown > docs/metrics.md`;",
         "     tests/test_catalog.py fails when this file and the catalog differ. -->",
         "",
         "Every metric kaos-otel records. The names, units, buckets and label keys below are enforced:",
@@ -747,22 +747,3 @@ def metrics_markdown() -> str:
             values = "-"
         lines.append(f"| `{key}` | `{prometheus_label(key)}` | {values} |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m kaos_otel.catalog --markdown`` (docs/metrics.md) or ``--json``."""
-    import argparse
-    import json
-    import sys
-
-    parser = argparse.ArgumentParser(prog="python -m kaos_otel.catalog", description=__doc__)
-    output = parser.add_mutually_exclusive_group(required=True)
-    output.add_argument("--markdown", action="store_true", help="docs/metrics.md")
-    output.add_argument("--json", action="store_true", help="the whole catalog as JSON")
-    args = parser.parse_args(argv)
-    sys.stdout.write(metrics_markdown() if args.markdown else json.dumps(catalog_as_dict(), indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kaos_otel.catalog import catalog_as_dict, metrics_markdown
+
 __all__ = ["main"]
 
 _MAX_CELL = 48
@@ -93,10 +95,9 @@ def _format_catalog(catalog: Mapping[str, Any]) -> str:
 
 
 def _catalog(args: argparse.Namespace) -> int:
-    try:
-        from kaos_otel.catalog import catalog_as_dict
-    except ImportError as exc:
-        return _error(f"the telemetry catalog is not available: {exc}")
+    if args.markdown:
+        sys.stdout.write(metrics_markdown())
+        return 0
     catalog = catalog_as_dict()
     sys.stdout.write(json.dumps(catalog, indent=2) + "\n" if args.json else _format_catalog(catalog))
     return 0
@@ -123,7 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     show.set_defaults(handler=_traces_show)
 
     catalog = commands.add_parser("catalog", help="print the telemetry catalog")
-    catalog.add_argument("--json", action="store_true", help="machine-readable JSON")
+    output = catalog.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="machine-readable JSON")
+    output.add_argument("--markdown", action="store_true", help="the metrics reference (docs/metrics.md)")
     catalog.set_defaults(handler=_catalog)
     return parser
 

@@ -15,7 +15,7 @@ from kaos_otel import catalog
 from kaos_otel.cli import main
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
-REGENERATE = "regenerate it: python -m kaos_otel.catalog --markdown > docs/metrics.md"
+REGENERATE = "regenerate it: kaos-otel catalog --markdown > docs/metrics.md"
 
 # The bucket boundaries the GenAI semantic conventions prescribe for the client metrics.
 CONVENTION_DURATION_BUCKETS = (
@@ -118,7 +118,7 @@ def test_docs_metrics_md_is_generated_from_the_catalog() -> None:
 
 def test_markdown_entry_point() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "kaos_otel.catalog", "--markdown"],
+        [sys.executable, "-m", "kaos_otel", "catalog", "--markdown"],
         capture_output=True,
         text=True,
         timeout=60,
