@@ -18,6 +18,13 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
         yield receiver
 
 
+@pytest.fixture(scope="module")
+def module_receiver() -> Iterator[OtlpReceiver]:
+    """One OTLP receiver for every test of a module (for modules that start processes once)."""
+    with OtlpReceiver() as receiver:
+        yield receiver
+
+
 @pytest.fixture
 def make_otel(otlp_receiver: OtlpReceiver) -> Iterator[Callable[..., KaosOtelManager]]:
     """Build private-provider managers exporting to ``otlp_receiver``; all shut down after the test.

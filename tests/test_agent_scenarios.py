@@ -39,14 +39,8 @@ class Agents:
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as started:
-        yield started
-
-
-@pytest.fixture(scope="module")
-def agents(receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agents]:
-    env = otlp_env(receiver.grpc_endpoint, export_delay_ms=200)
+def agents(module_receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agents]:
+    env = otlp_env(module_receiver.grpc_endpoint, export_delay_ms=200)
     with Supervisor(tmp_path_factory.mktemp("scenarios"), env=env) as supervisor:
         system = start_system(supervisor)
         model, echo = system.services["model"], system.services["mcp-echo"]
@@ -70,7 +64,7 @@ def _post(url: str, prompt: str, headers: dict[str, str] | None = None, **extra:
         return client.post(f"{url}/v1/chat/completions", json=body, headers=headers or {})
 
 
-def _trace(receiver: OtlpReceiver, response: httpx.Response, service: str) -> list[ReceivedSpan]:
+def _trace(module_receiver: OtlpReceiver, response: httpx.Response, service: str) -> list[ReceivedSpan]:
     """All spans of the response's trace, once ``service``'s server span (the last to end) is in."""
     trace_id = response.headers[TRACE_ID_HEADER]
 
@@ -79,9 +73,9 @@ def _trace(receiver: OtlpReceiver, response: httpx.Response, service: str) -> li
             s.trace_id == trace_id and s.kind == "SERVER" and s.service_name == service for s in r.spans()
         )
 
-    assert receiver.wait_for(arrived, timeout=10)
+    assert module_receiver.wait_for(arrived, timeout=10)
     time.sleep(0.5)  # sub-agents and MCP servers export on their own schedule
-    return [s for s in receiver.spans() if s.trace_id == trace_id]
+    return [s for s in module_receiver.spans() if s.trace_id == trace_id]
 
 
 def _named(spans: list[ReceivedSpan], name: str) -> list[ReceivedSpan]:
@@ -147,10 +141,10 @@ def test_failure_before_the_first_chunk_of_a_stream_is_still_an_http_error(agent
 
 
 def test_failed_delegation_is_an_error_span_with_exception_log_and_error_outcome(
-    agents: Agents, receiver: OtlpReceiver
+    agents: Agents, module_receiver: OtlpReceiver
 ) -> None:
     response = _post(agents.system.coordinator_url, SCENARIOS["failure"].prompt)
-    spans = _trace(receiver, response, "coordinator")
+    spans = _trace(module_receiver, response, "coordinator")
     (delegation,) = _named(spans, "invoke_agent ghost")
     assert (delegation.kind, delegation.status_code) == ("CLIENT", "ERROR")
     exceptions = [e for e in delegation.events if e.name == "exception"]
@@ -163,38 +157,38 @@ def test_failed_delegation_is_an_error_span_with_exception_log_and_error_outcome
     def logged(r: OtlpReceiver) -> bool:
         return any(log.span_id == delegation.span_id and log.severity_text == "ERROR" for log in r.logs())
 
-    assert receiver.wait_for(logged, timeout=5), "no ERROR log inside the delegation span"
+    assert module_receiver.wait_for(logged, timeout=5), "no ERROR log inside the delegation span"
 
     def counted(r: OtlpReceiver) -> bool:
         return request_counts(r.metric_points()).get(("coordinator", "error"), 0) >= 1
 
-    assert receiver.wait_for(counted, timeout=5), "kaos.requests{outcome=error} did not arrive"
+    assert module_receiver.wait_for(counted, timeout=5), "kaos.requests{outcome=error} did not arrive"
 
 
-def test_model_error_is_a_502_and_an_error_chat_span(agents: Agents, receiver: OtlpReceiver) -> None:
+def test_model_error_is_a_502_and_an_error_chat_span(agents: Agents, module_receiver: OtlpReceiver) -> None:
     response = _post(agents.url("analyst"), "Please trigger a model error.")
     assert response.status_code == 502
     assert response.json()["error"]["type"] == "model_error"
-    (chat,) = _named(_trace(receiver, response, "analyst"), "chat scripted-model")
+    (chat,) = _named(_trace(module_receiver, response, "analyst"), "chat scripted-model")
     assert chat.status_code == "ERROR"
     assert [e.name for e in chat.events] == ["exception"]
 
 
-def test_unknown_tool_is_a_502_and_an_error_tool_span(agents: Agents, receiver: OtlpReceiver) -> None:
+def test_unknown_tool_is_a_502_and_an_error_tool_span(agents: Agents, module_receiver: OtlpReceiver) -> None:
     response = _post(agents.url("researcher"), "Use a missing tool, please.")
     assert response.status_code == 502
     assert response.json()["error"]["type"] == "unknown_tool"
-    (tool,) = _named(_trace(receiver, response, "researcher"), "execute_tool missing_tool")
+    (tool,) = _named(_trace(module_receiver, response, "researcher"), "execute_tool missing_tool")
     assert tool.status_code == "ERROR"
 
 
-def test_step_budget_stops_the_loop_with_max_steps(agents: Agents, receiver: OtlpReceiver) -> None:
+def test_step_budget_stops_the_loop_with_max_steps(agents: Agents, module_receiver: OtlpReceiver) -> None:
     response = _post(agents.url("researcher"), "Search forever.")
     assert response.status_code == 200
     choice = response.json()["choices"][0]
     assert choice["finish_reason"] == "length"
     assert "step budget of 8" in choice["message"]["content"]
-    spans = _trace(receiver, response, "researcher")
+    spans = _trace(module_receiver, response, "researcher")
     (run,) = _named(spans, "invoke_agent researcher")
     assert run.attributes[catalog.KAOS_OUTCOME] == "max_steps"
     assert len(_named(spans, "agent_step")) == 8
@@ -217,11 +211,11 @@ def test_runtime_budget_is_a_504(agents: Agents) -> None:
     assert time.monotonic() - started < 5
 
 
-def test_identity_comes_only_from_the_gateway_header(agents: Agents, receiver: OtlpReceiver) -> None:
+def test_identity_comes_only_from_the_gateway_header(agents: Agents, module_receiver: OtlpReceiver) -> None:
     headers = {USER_ID_HEADER: "alice", "baggage": "user.id=mallory"}
     response = _post(agents.system.coordinator_url, SCENARIOS["research"].prompt, headers, user="mallory")
     assert response.status_code == 200
-    runs = [s for s in _trace(receiver, response, "coordinator") if s.name.startswith("invoke_agent")]
+    runs = [s for s in _trace(module_receiver, response, "coordinator") if s.name.startswith("invoke_agent")]
     identities = {(s.service_name, s.kind, s.attributes.get(catalog.USER_ID)) for s in runs}
     assert identities >= {
         ("coordinator", "INTERNAL", "alice"),
@@ -230,12 +224,12 @@ def test_identity_comes_only_from_the_gateway_header(agents: Agents, receiver: O
     }
 
     anonymous = _post(agents.url("analyst"), "Add 1 and 2.", user="mallory")
-    (run,) = _named(_trace(receiver, anonymous, "analyst"), "invoke_agent analyst")
+    (run,) = _named(_trace(module_receiver, anonymous, "analyst"), "invoke_agent analyst")
     assert catalog.USER_ID not in run.attributes
 
 
 def test_autonomous_runs_use_the_agent_identity_in_their_own_traces(
-    agents: Agents, receiver: OtlpReceiver
+    agents: Agents, module_receiver: OtlpReceiver
 ) -> None:
     def autonomous_runs(r: OtlpReceiver) -> list[ReceivedSpan]:
         """Runs with no server span above them: nobody sent a request."""
@@ -245,8 +239,8 @@ def test_autonomous_runs_use_the_agent_identity_in_their_own_traces(
             if s.service_name == "sentinel" and s.name == "invoke_agent sentinel" and s.parent_span_id is None
         ]
 
-    assert receiver.wait_for(lambda r: len(autonomous_runs(r)) >= 2, timeout=10)
-    runs = autonomous_runs(receiver)
+    assert module_receiver.wait_for(lambda r: len(autonomous_runs(r)) >= 2, timeout=10)
+    runs = autonomous_runs(module_receiver)
     assert {s.attributes.get(catalog.USER_ID) for s in runs} == {"agent:sentinel"}
     assert {s.attributes.get(catalog.KAOS_OUTCOME) for s in runs} == {"success"}
     assert len({s.trace_id for s in runs}) == len(runs)

@@ -50,14 +50,8 @@ class HandledRequest:
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as started:
-        yield started
-
-
-@pytest.fixture(scope="module")
-def system(receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    env = otlp_env(receiver.grpc_endpoint, export_delay_ms=100)
+def system(module_receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    env = otlp_env(module_receiver.grpc_endpoint, export_delay_ms=100)
     with Supervisor(tmp_path_factory.mktemp("propagation"), env=env) as supervisor:
         yield start_system(supervisor)
 
@@ -86,12 +80,12 @@ def _send(url: str, stream: bool) -> tuple[str, str]:
             return response.headers[TRACE_ID_HEADER], _answer_of_stream(response.iter_lines())
 
 
-def _wait_quiet(receiver: OtlpReceiver, quiet_s: float = 0.5, timeout_s: float = 10.0) -> None:
+def _wait_quiet(module_receiver: OtlpReceiver, quiet_s: float = 0.5, timeout_s: float = 10.0) -> None:
     """Wait until nothing new has arrived for ``quiet_s``."""
     deadline = time.monotonic() + timeout_s
     count, since = -1, time.monotonic()
     while time.monotonic() < deadline:
-        now = len(receiver.spans()) + len(receiver.logs())
+        now = len(module_receiver.spans()) + len(module_receiver.logs())
         if now != count:
             count, since = now, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
@@ -100,11 +94,11 @@ def _wait_quiet(receiver: OtlpReceiver, quiet_s: float = 0.5, timeout_s: float =
 
 
 @pytest.fixture(scope="module", params=["json", "stream"])
-def handled(request: pytest.FixtureRequest, receiver: OtlpReceiver, system: System) -> HandledRequest:
+def handled(request: pytest.FixtureRequest, module_receiver: OtlpReceiver, system: System) -> HandledRequest:
     """Send one research request (plain or streaming) and collect what it produced."""
-    _wait_quiet(receiver)  # startup telemetry (MCP session set-up) is not part of the request
-    known = {(s.trace_id, s.span_id) for s in receiver.spans()}
-    logs_before = len(receiver.logs())
+    _wait_quiet(module_receiver)  # startup telemetry (MCP session set-up) is not part of the request
+    known = {(s.trace_id, s.span_id) for s in module_receiver.spans()}
+    logs_before = len(module_receiver.logs())
     trace_id, answer = _send(system.coordinator_url, stream=request.param == "stream")
 
     def complete(r: OtlpReceiver) -> bool:
@@ -114,10 +108,10 @@ def handled(request: pytest.FixtureRequest, receiver: OtlpReceiver, system: Syst
             "tools/call add",
         ) in names
 
-    assert receiver.wait_for(complete, timeout=15)
-    _wait_quiet(receiver)
-    spans = [s for s in receiver.spans() if (s.trace_id, s.span_id) not in known]
-    return HandledRequest(trace_id, answer, spans, receiver.logs()[logs_before:])
+    assert module_receiver.wait_for(complete, timeout=15)
+    _wait_quiet(module_receiver)
+    spans = [s for s in module_receiver.spans() if (s.trace_id, s.span_id) not in known]
+    return HandledRequest(trace_id, answer, spans, module_receiver.logs()[logs_before:])
 
 
 def test_answer_is_correct(handled: HandledRequest) -> None:
