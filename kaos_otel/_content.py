@@ -166,6 +166,13 @@ def to_attributes(attributes: Mapping[str, object] | None, limit: int) -> dict[s
     """Convert a mapping of arbitrary values into exportable attributes (``None`` values dropped)."""
     if not attributes:
         return {}
-    return {
-        str(key): to_attribute_value(value, limit) for key, value in attributes.items() if value is not None
-    }
+    converted: dict[str, AttributeValue] = {}
+    for key, value in attributes.items():
+        # Plain strings and numbers, nearly every value on the request path, take no function call.
+        if type(value) is str:
+            converted[str(key)] = value if len(value) <= limit else cap_text(value, limit)
+        elif type(value) is int or type(value) is float or type(value) is bool:
+            converted[str(key)] = value
+        elif value is not None:
+            converted[str(key)] = to_attribute_value(value, limit)
+    return converted

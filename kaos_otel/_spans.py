@@ -214,7 +214,7 @@ class SpanHandle:
 def live_context(ctx: Context) -> Context:
     """``ctx``, or if its span was begun by a handle that has ended, the nearest open ancestor's."""
     handle = ctx.get(_HANDLE_KEY)
-    while isinstance(handle, SpanHandle) and handle.is_ended:
+    while isinstance(handle, SpanHandle) and handle._ended:
         ctx = handle._previous
         handle = ctx.get(_HANDLE_KEY)
     return ctx
@@ -246,6 +246,20 @@ class SpanFactory:
     ) -> SpanHandle:
         """Start a span without making it current (``parent`` defaults to the current context)."""
         parent_context = live_context(otel_context.get_current() if parent is None else parent)
+        return self._start(name, kind, attributes, links, parent_context, on_end, handle_type, previous)
+
+    def _start(
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: Mapping[str, object] | None,
+        links: Sequence[Link] | None,
+        parent_context: Context,
+        on_end: EndCallback | None,
+        handle_type: type[SpanHandle],
+        previous: Context | None,
+    ) -> SpanHandle:
+        """Start a span under ``parent_context``, already resolved by :func:`live_context`."""
         span = self._tracer.start_span(
             name,
             context=parent_context,
@@ -268,16 +282,8 @@ class SpanFactory:
     ) -> SpanHandle:
         """Start a span and make it current until it ends, then restore the context current now."""
         previous = live_context(otel_context.get_current())
-        handle = self.start(
-            name,
-            kind=kind,
-            attributes=attributes,
-            links=links,
-            parent=previous if parent is None else parent,
-            on_end=on_end,
-            handle_type=handle_type,
-            previous=previous,
-        )
+        parent_context = previous if parent is None else live_context(parent)
+        handle = self._start(name, kind, attributes, links, parent_context, on_end, handle_type, previous)
         otel_context.attach(handle.context)
         return handle
 
