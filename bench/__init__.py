@@ -1,0 +1,1 @@
+"""Benchmarks of kaos-otel against the raw OpenTelemetry SDK: ``python -m bench [--quick] [--json]``."""

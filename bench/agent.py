@@ -1,0 +1,188 @@
+"""An agent request end to end, with telemetry on and with ``OTEL_SDK_DISABLED=true``.
+
+The request is the agent loop of the reference agent's shape, written with the domain helpers
+(``invoke_agent`` > ``agent_step`` > ``chat`` model call over real local HTTP, then
+``execute_tool``), against the scripted model of :mod:`bench._servers` running in its own
+process and answering after a configurable latency. Three model calls, two tool calls, eight
+spans and the catalog metrics per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from bench._harness import percentile
+from bench._servers import ServerProcess
+from kaos_otel import AgentTelemetry, KaosOtelManager
+
+AGENT = "bench-agent"
+MODEL = "scripted"
+TOOLS: dict[str, Callable[..., object]] = {
+    "add": lambda a, b: a + b,
+    "lookup": lambda query: f"Found 1 result for {query!r}: opens at 9:00.",
+}
+
+
+class SimulatedAgent:
+    """A tool-calling agent loop instrumented with the kaos-otel domain helpers."""
+
+    def __init__(self, telemetry: AgentTelemetry, client: httpx.AsyncClient, model_port: int) -> None:
+        self._otel = telemetry
+        self._client = client
+        self._port = model_port
+        self._url = f"http://127.0.0.1:{model_port}/v1/chat/completions"
+        telemetry.register_known_names(AGENT, tools=TOOLS, models=[MODEL])
+
+    async def handle(self, task: str, conversation_id: str) -> str:
+        """Run one request to its final answer."""
+        otel = self._otel
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a helpful agent."},
+            {"role": "user", "content": task},
+        ]
+        with otel.invoke_agent(AGENT, conversation_id=conversation_id, max_steps=5) as run:
+            for step in range(1, 6):
+                with otel.agent_step(run, step):
+                    with otel.model_call(
+                        AGENT, MODEL, server_address="127.0.0.1", server_port=self._port
+                    ) as call:
+                        response = await self._client.post(
+                            self._url, json={"model": MODEL, "messages": messages}
+                        )
+                        response.raise_for_status()
+                        body = response.json()
+                        choice = body["choices"][0]
+                        usage = body["usage"]
+                        call.record_usage(
+                            usage["prompt_tokens"],
+                            usage["completion_tokens"],
+                            response_model=body["model"],
+                            finish_reasons=[choice["finish_reason"]],
+                        )
+                        call.record_messages(messages, [choice["message"]])
+                    message = choice["message"]
+                    messages.append(message)
+                    if not message.get("tool_calls"):
+                        otel.record_window_tokens(AGENT, usage["total_tokens"])
+                        return str(message["content"])
+                    for tool_call in message["tool_calls"]:
+                        name = tool_call["function"]["name"]
+                        arguments = json.loads(tool_call["function"]["arguments"])
+                        with otel.tool_call(AGENT, name, call_id=tool_call["id"], arguments=arguments):
+                            result = TOOLS[name](**arguments)
+                        messages.append(
+                            {"role": "tool", "tool_call_id": tool_call["id"], "content": str(result)}
+                        )
+            return "step budget used up"
+
+
+@dataclass
+class LatencySamples:
+    """Request latencies (wall ms) and request-thread CPU times (ms) per mode."""
+
+    by_mode: dict[str, list[float]] = field(default_factory=dict)
+    cpu_by_mode: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, mode: str, ms: float, cpu_ms: float = float("nan")) -> None:
+        """Record one request."""
+        self.by_mode.setdefault(mode, []).append(ms)
+        self.cpu_by_mode.setdefault(mode, []).append(cpu_ms)
+
+    def stats(self, mode: str) -> dict[str, float]:
+        """p50, p90, p99 and mean latency, and the median CPU time, of one mode."""
+        values = self.by_mode[mode]
+        return {
+            "n": len(values),
+            "p50_ms": round(percentile(values, 50), 3),
+            "p90_ms": round(percentile(values, 90), 3),
+            "p99_ms": round(percentile(values, 99), 3),
+            "mean_ms": round(statistics.fmean(values), 3),
+            "cpu_ms": round(statistics.median(self.cpu_by_mode[mode]), 3),
+        }
+
+
+Request = Callable[[int], Awaitable[object]]
+
+
+async def timed(samples: LatencySamples, mode: str, request: Awaitable[object]) -> None:
+    """Await ``request`` and record its latency and the CPU time of this thread meanwhile."""
+    cpu = time.thread_time()
+    start = time.perf_counter()
+    await request
+    elapsed = time.perf_counter() - start
+    samples.add(mode, elapsed * 1000, (time.thread_time() - cpu) * 1000)
+
+
+async def alternate(requests: Mapping[str, Request], pairs: int, warmup: int = 3) -> LatencySamples:
+    """Time requests of each mode in alternation (ABBA order), ``pairs`` per mode."""
+    samples = LatencySamples()
+    names = list(requests)
+    for i in range(warmup):
+        for name in names:
+            await requests[name](i)
+    for i in range(pairs):
+        order = names if i % 2 == 0 else names[::-1]
+        for name in order:
+            await timed(samples, name, requests[name](i))
+    return samples
+
+
+def telemetry_on(endpoint: str, **overrides: Any) -> KaosOtelManager:
+    """A private manager exporting over OTLP/gRPC to ``endpoint`` (defaults otherwise)."""
+    return KaosOtelManager(
+        AGENT, endpoint=endpoint, global_providers=False, bridge_logging=False, environ={}, **overrides
+    )
+
+
+def telemetry_disabled() -> KaosOtelManager:
+    """A manager configured by ``OTEL_SDK_DISABLED=true``."""
+    return KaosOtelManager(AGENT, global_providers=False, environ={"OTEL_SDK_DISABLED": "true"})
+
+
+def agent_overhead(pairs: int, model_latency_s: float) -> dict[str, Any]:
+    """Agent request latency with telemetry on (exporting to a receiver process) vs disabled."""
+    with (
+        ServerProcess("model", "--latency", str(model_latency_s)) as model,
+        ServerProcess("receiver") as receiver,
+    ):
+        on = telemetry_on(receiver.endpoint)
+        off = telemetry_disabled()
+
+        async def run() -> LatencySamples:
+            async with httpx.AsyncClient(timeout=30) as client:
+                agents = {
+                    "on": SimulatedAgent(on, client, model.port),
+                    "off": SimulatedAgent(off, client, model.port),
+                }
+
+                def request(agent: SimulatedAgent) -> Request:
+                    return lambda i: agent.handle(f"What is 2 + 3? ({i})", f"conv-{i}")
+
+                return await alternate({name: request(agent) for name, agent in agents.items()}, pairs)
+
+        try:
+            samples = asyncio.run(run())
+            on.force_flush(timeout=10)
+            exported = receiver.span_count()
+        finally:
+            on.shutdown(timeout=5)
+    on_stats, off_stats = samples.stats("on"), samples.stats("off")
+    return {
+        "agent": "simulated (domain helpers over HTTP to a scripted model process)",
+        "model_latency_ms": model_latency_s * 1000,
+        "on": on_stats,
+        "off": off_stats,
+        "ratio": on_stats["p50_ms"] / off_stats["p50_ms"],
+        "added_ms_p50": round(on_stats["p50_ms"] - off_stats["p50_ms"], 3),
+        "cpu_added_ms": round(on_stats["cpu_ms"] - off_stats["cpu_ms"], 3),
+        "spans_exported": exported,
+        "dropped": on.health.dropped(),
+    }

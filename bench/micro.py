@@ -1,0 +1,460 @@
+"""Per-span, disabled-path and metric-record costs, each against the raw SDK in the same run."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from bench._harness import Comparison, NullSpanExporter, Runner, interleaved, null_pipeline
+from kaos_otel import KaosOtelManager, Outcome, catalog
+from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds, metric_views
+
+ATTRIBUTES: dict[str, Any] = {"app.route": "/chat", "app.attempt": 1}
+"""Two attributes on every measured span (as in the peer figures of the reference notes)."""
+
+
+@dataclass(frozen=True)
+class MicroConfig:
+    """How many operations per timed run and how many alternating repetitions."""
+
+    n: int
+    reps: int
+
+
+def span_costs(config: MicroConfig) -> tuple[Comparison, Comparison]:
+    """Handle begin/success, context manager, decorator (sync, async) and nesting vs the raw SDK.
+
+    Every variant runs on the same TracerProvider with the same BatchSpanProcessor; the raw
+    variants use a tracer of that provider directly.
+    """
+    pipeline = null_pipeline()
+    manager, provider = pipeline.telemetry, pipeline.tracer_provider
+    raw = provider.get_tracer("raw-sdk")
+    attrs = ATTRIBUTES
+
+    def raw_cm(n: int) -> None:
+        for _ in range(n):
+            with raw.start_as_current_span("op", attributes=attrs):
+                pass
+
+    def kaos_begin_success(n: int) -> None:
+        for _ in range(n):
+            handle = manager.span_begin("op", attributes=attrs)
+            manager.span_success(handle)
+
+    def kaos_cm(n: int) -> None:
+        for _ in range(n):
+            with manager.span("op", attributes=attrs):
+                pass
+
+    @raw.start_as_current_span("op", attributes=attrs)
+    def raw_decorated() -> None:
+        pass
+
+    @manager.traced("op", attributes=attrs)
+    def kaos_decorated() -> None:
+        pass
+
+    def raw_dec(n: int) -> None:
+        for _ in range(n):
+            raw_decorated()
+
+    def kaos_dec(n: int) -> None:
+        for _ in range(n):
+            kaos_decorated()
+
+    def raw_nested(n: int) -> None:
+        for _ in range(n // 4):
+            with raw.start_as_current_span("parent", attributes=attrs):
+                for _ in range(3):
+                    with raw.start_as_current_span("child", attributes=attrs):
+                        pass
+
+    def kaos_nested(n: int) -> None:
+        for _ in range(n // 4):
+            with manager.span("parent", attributes=attrs):
+                for _ in range(3):
+                    with manager.span("child", attributes=attrs):
+                        pass
+
+    sync = interleaved(
+        {
+            "raw_start_as_current_span": raw_cm,
+            "begin_success": kaos_begin_success,
+            "context_manager": kaos_cm,
+            "raw_decorator": raw_dec,
+            "decorator": kaos_dec,
+            "raw_nested": raw_nested,
+            "nested": kaos_nested,
+        },
+        baseline="raw_start_as_current_span",
+        n=config.n,
+        reps=config.reps,
+    )
+
+    @raw.start_as_current_span("op", attributes=attrs)
+    async def raw_async() -> None:
+        pass
+
+    @manager.traced("op", attributes=attrs)
+    async def kaos_async() -> None:
+        pass
+
+    loop = asyncio.new_event_loop()
+
+    def run_async(fn: Callable[[], Any]) -> Runner:
+        async def many(n: int) -> None:
+            for _ in range(n):
+                await fn()
+
+        return lambda n: loop.run_until_complete(many(n))
+
+    try:
+        async_cmp = interleaved(
+            {"raw_decorator_async": run_async(raw_async), "decorator_async": run_async(kaos_async)},
+            baseline="raw_decorator_async",
+            n=config.n,
+            reps=config.reps,
+        )
+    finally:
+        loop.close()
+        pipeline.shutdown()
+    return sync, async_cmp
+
+
+def logfire_costs(config: MicroConfig) -> Comparison | str:
+    """``logfire.span`` vs a raw SDK span on a provider with the same null batch processor.
+
+    Only where the ``bench`` extra (logfire) is installed; otherwise ``"not installed"``.
+    """
+    if importlib.util.find_spec("logfire") is None:
+        return "not installed"
+    logfire = importlib.import_module("logfire")
+    exporter = NullSpanExporter()
+    instance = logfire.configure(
+        send_to_logfire=False,
+        console=False,
+        service_name="bench",
+        additional_span_processors=[BatchSpanProcessor(exporter)],
+        inspect_arguments=False,
+        local=True,
+    )
+    raw_provider = TracerProvider()
+    raw_provider.add_span_processor(BatchSpanProcessor(NullSpanExporter()))
+    raw = raw_provider.get_tracer("raw-sdk")
+    pipeline = null_pipeline()
+    manager = pipeline.telemetry
+    attrs = ATTRIBUTES
+
+    def raw_cm(n: int) -> None:
+        for _ in range(n):
+            with raw.start_as_current_span("op", attributes=attrs):
+                pass
+
+    def logfire_span(n: int) -> None:
+        for _ in range(n):
+            with instance.span("op", **attrs):
+                pass
+
+    def kaos_cm(n: int) -> None:
+        for _ in range(n):
+            with manager.span("op", attributes=attrs):
+                pass
+
+    try:
+        return interleaved(
+            {"raw_start_as_current_span": raw_cm, "logfire_span": logfire_span, "context_manager": kaos_cm},
+            baseline="raw_start_as_current_span",
+            n=config.n,
+            reps=config.reps,
+        )
+    finally:
+        pipeline.shutdown()
+        raw_provider.shutdown()
+
+
+def disabled_costs(config: MicroConfig) -> Comparison:
+    """The ``OTEL_SDK_DISABLED=true`` path of each span style vs the API's no-op tracer."""
+    manager = KaosOtelManager("bench", global_providers=False, environ={"OTEL_SDK_DISABLED": "true"})
+    assert not manager.enabled
+    noop = trace.NoOpTracer()
+    attrs = ATTRIBUTES
+
+    def noop_cm(n: int) -> None:
+        for _ in range(n):
+            with noop.start_as_current_span("op", attributes=attrs):
+                pass
+
+    def disabled_begin_success(n: int) -> None:
+        for _ in range(n):
+            handle = manager.span_begin("op", attributes=attrs)
+            manager.span_success(handle)
+
+    def disabled_cm(n: int) -> None:
+        for _ in range(n):
+            with manager.span("op", attributes=attrs):
+                pass
+
+    @noop.start_as_current_span("op", attributes=attrs)
+    def noop_decorated() -> None:
+        pass
+
+    @manager.traced("op", attributes=attrs)
+    def disabled_decorated() -> None:
+        pass
+
+    def noop_dec(n: int) -> None:
+        for _ in range(n):
+            noop_decorated()
+
+    def disabled_dec(n: int) -> None:
+        for _ in range(n):
+            disabled_decorated()
+
+    def disabled_agent_helpers(n: int) -> None:
+        for _ in range(n // 3):
+            with manager.invoke_agent("agent") as run:
+                with manager.agent_step(run):
+                    pass
+                with manager.tool_call("agent", "tool"):
+                    pass
+
+    return interleaved(
+        {
+            "noop_start_as_current_span": noop_cm,
+            "begin_success": disabled_begin_success,
+            "context_manager": disabled_cm,
+            "noop_decorator": noop_dec,
+            "decorator": disabled_dec,
+            "agent_helpers": disabled_agent_helpers,
+        },
+        baseline="noop_start_as_current_span",
+        n=config.n * 4,
+        reps=config.reps,
+    )
+
+
+def metric_costs(config: MicroConfig) -> Comparison:
+    """One kaos metric record vs the raw SDK counter / histogram record with the same labels.
+
+    Each side records into its own MeterProvider with one in-memory reader: kaos-otel's with the
+    catalog Views (as the manager installs them), the raw SDK's with the SDK defaults, under the
+    same instrument names and label sets.
+    """
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()], views=metric_views())
+    raw_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    kaos = KaosMetrics(provider.get_meter(METER_NAME), LabelBounds())
+    raw_meter = raw_provider.get_meter("raw-sdk")
+    tool_calls = catalog.METRICS_BY_NAME[catalog.KAOS_TOOL_CALLS]
+    tool_duration = catalog.METRICS_BY_NAME[catalog.KAOS_TOOL_DURATION]
+    compactions = catalog.METRICS_BY_NAME[catalog.KAOS_MEMORY_COMPACTIONS]
+    lag = catalog.METRICS_BY_NAME[catalog.KAOS_MEMORY_EXTRACTION_LAG]
+    raw_tool_calls = raw_meter.create_counter(tool_calls.name, unit=tool_calls.unit)
+    raw_tool_duration = raw_meter.create_histogram(tool_duration.name, unit=tool_duration.unit)
+    raw_compactions = raw_meter.create_counter(compactions.name, unit=compactions.unit)
+    raw_lag = raw_meter.create_histogram(lag.name, unit=lag.unit)
+    success = Outcome.SUCCESS
+
+    def raw_counter(n: int) -> None:
+        for _ in range(n):
+            raw_compactions.add(1, {catalog.GEN_AI_AGENT_NAME: "agent", catalog.KAOS_OUTCOME: success.value})
+
+    def kaos_counter(n: int) -> None:
+        for _ in range(n):
+            kaos.record_compaction("agent", success)
+
+    def raw_histogram(n: int) -> None:
+        for _ in range(n):
+            raw_lag.record(0.25, {catalog.GEN_AI_AGENT_NAME: "agent", catalog.KAOS_OUTCOME: success.value})
+
+    def kaos_histogram(n: int) -> None:
+        for _ in range(n):
+            kaos.record_extraction_lag("agent", 0.25, success)
+
+    def raw_counter_and_histogram(n: int) -> None:
+        for _ in range(n):
+            labels = {
+                catalog.GEN_AI_AGENT_NAME: "agent",
+                catalog.GEN_AI_TOOL_NAME: "search",
+                catalog.KAOS_OUTCOME: success.value,
+            }
+            raw_tool_calls.add(1, labels)
+            raw_tool_duration.record(0.012, labels)
+
+    def kaos_tool_call(n: int) -> None:
+        for _ in range(n):
+            kaos.record_tool_call("agent", "search", success, 0.012)
+
+    try:
+        return interleaved(
+            {
+                "raw_counter": raw_counter,
+                "counter": kaos_counter,
+                "raw_histogram": raw_histogram,
+                "histogram": kaos_histogram,
+                "raw_counter_and_histogram": raw_counter_and_histogram,
+                "counter_and_histogram": kaos_tool_call,
+            },
+            baseline="raw_counter",
+            n=config.n,
+            reps=config.reps,
+        )
+    finally:
+        provider.shutdown()
+        raw_provider.shutdown()
+
+
+def agent_telemetry_costs(config: MicroConfig) -> Comparison:
+    """The telemetry of one agent request through the domain helpers vs the raw SDK doing the same.
+
+    One request: ``invoke_agent``, three steps each with a ``chat`` model call (usage recorded),
+    two ``execute_tool`` calls: nine spans and 23 metric points, with the attributes and label
+    sets kaos-otel records. The raw variant creates the same spans (same names, kinds,
+    attributes, nesting) with ``start_as_current_span`` and records the same points on raw SDK
+    instruments with the same label sets, on the same providers; no I/O on either side.
+    """
+    from opentelemetry.trace import SpanKind
+
+    pipeline = null_pipeline()
+    manager, provider = pipeline.telemetry, pipeline.tracer_provider
+    raw = provider.get_tracer("raw-sdk")
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    meter = meter_provider.get_meter("raw-sdk")
+    spec = catalog.METRICS_BY_NAME
+
+    def counter(name: str) -> Any:
+        return meter.create_counter(name, unit=spec[name].unit)
+
+    def histogram(name: str) -> Any:
+        return meter.create_histogram(name, unit=spec[name].unit)
+
+    requests, request_duration = counter(catalog.KAOS_REQUESTS), histogram(catalog.KAOS_REQUEST_DURATION)
+    request_steps = histogram(catalog.KAOS_REQUEST_STEPS)
+    model_calls, model_duration = counter(catalog.KAOS_MODEL_CALLS), histogram(catalog.KAOS_MODEL_DURATION)
+    operation_duration = histogram(catalog.GEN_AI_CLIENT_OPERATION_DURATION)
+    token_usage = histogram(catalog.GEN_AI_CLIENT_TOKEN_USAGE)
+    tool_calls, tool_duration = counter(catalog.KAOS_TOOL_CALLS), histogram(catalog.KAOS_TOOL_DURATION)
+    window_tokens = histogram(catalog.KAOS_MEMORY_WINDOW_TOKENS)
+    agent, model = "bench-agent", "scripted"
+    manager.register_known_names(agent, tools=["add", "lookup"], models=[model])
+
+    def kaos_request(n: int) -> None:
+        for i in range(n):
+            with manager.invoke_agent(agent, conversation_id="conv-1", max_steps=5) as run:
+                for step in range(1, 4):
+                    with manager.agent_step(run, step):
+                        with manager.model_call(
+                            agent, model, server_address="127.0.0.1", server_port=8000
+                        ) as call:
+                            call.record_usage(
+                                40 + step, 12, response_model=model, finish_reasons=["tool_calls"]
+                            )
+                        if step < 3:
+                            with manager.tool_call(agent, "add", call_id=f"call_{step}", arguments={"a": 2}):
+                                pass
+                manager.record_window_tokens(agent, 160 + i % 7)
+
+    def raw_request(n: int) -> None:
+        for i in range(n):
+            start = time.perf_counter()
+            with raw.start_as_current_span(
+                f"invoke_agent {agent}",
+                attributes={
+                    catalog.GEN_AI_OPERATION_NAME: "invoke_agent",
+                    catalog.GEN_AI_AGENT_NAME: agent,
+                    catalog.GEN_AI_CONVERSATION_ID: "conv-1",
+                    catalog.KAOS_AGENT_MAX_STEPS: 5,
+                },
+            ) as run:
+                for step in range(1, 4):
+                    with raw.start_as_current_span(
+                        catalog.SPAN_AGENT_STEP,
+                        attributes={catalog.GEN_AI_AGENT_NAME: agent, catalog.KAOS_AGENT_STEP: step},
+                    ):
+                        call_start = time.perf_counter()
+                        with raw.start_as_current_span(
+                            f"chat {model}",
+                            kind=SpanKind.CLIENT,
+                            attributes={
+                                catalog.GEN_AI_OPERATION_NAME: "chat",
+                                catalog.GEN_AI_PROVIDER_NAME: "openai",
+                                catalog.GEN_AI_REQUEST_MODEL: model,
+                                catalog.GEN_AI_AGENT_NAME: agent,
+                                catalog.SERVER_ADDRESS: "127.0.0.1",
+                                catalog.SERVER_PORT: 8000,
+                            },
+                        ) as call:
+                            call.set_attributes(
+                                {
+                                    catalog.GEN_AI_USAGE_INPUT_TOKENS: 40 + step,
+                                    catalog.GEN_AI_USAGE_OUTPUT_TOKENS: 12,
+                                    catalog.GEN_AI_RESPONSE_MODEL: model,
+                                    catalog.GEN_AI_RESPONSE_FINISH_REASONS: ("tool_calls",),
+                                }
+                            )
+                            call.set_attribute(catalog.KAOS_OUTCOME, "success")
+                            elapsed = time.perf_counter() - call_start
+                            labels = {
+                                catalog.GEN_AI_AGENT_NAME: agent,
+                                catalog.GEN_AI_REQUEST_MODEL: model,
+                                catalog.KAOS_OUTCOME: "success",
+                            }
+                            model_calls.add(1, labels)
+                            model_duration.record(elapsed, labels)
+                            gen_ai = {
+                                catalog.GEN_AI_OPERATION_NAME: "chat",
+                                catalog.GEN_AI_PROVIDER_NAME: "openai",
+                                catalog.GEN_AI_REQUEST_MODEL: model,
+                            }
+                            operation_duration.record(elapsed, gen_ai)
+                            token_usage.record(40 + step, {**gen_ai, catalog.GEN_AI_TOKEN_TYPE: "input"})
+                            token_usage.record(12, {**gen_ai, catalog.GEN_AI_TOKEN_TYPE: "output"})
+                        if step < 3:
+                            tool_start = time.perf_counter()
+                            with raw.start_as_current_span(
+                                "execute_tool add",
+                                attributes={
+                                    catalog.GEN_AI_OPERATION_NAME: "execute_tool",
+                                    catalog.GEN_AI_TOOL_NAME: "add",
+                                    catalog.GEN_AI_TOOL_TYPE: "function",
+                                    catalog.GEN_AI_TOOL_CALL_ID: f"call_{step}",
+                                    catalog.GEN_AI_AGENT_NAME: agent,
+                                },
+                            ) as tool:
+                                tool.set_attribute(catalog.KAOS_OUTCOME, "success")
+                                labels = {
+                                    catalog.GEN_AI_AGENT_NAME: agent,
+                                    catalog.GEN_AI_TOOL_NAME: "add",
+                                    catalog.KAOS_OUTCOME: "success",
+                                }
+                                tool_calls.add(1, labels)
+                                tool_duration.record(time.perf_counter() - tool_start, labels)
+                run.set_attribute(catalog.KAOS_AGENT_STEPS, 3)
+                run.set_attribute(catalog.KAOS_OUTCOME, "success")
+                labels = {catalog.GEN_AI_AGENT_NAME: agent, catalog.KAOS_OUTCOME: "success"}
+                requests.add(1, labels)
+                request_duration.record(time.perf_counter() - start, labels)
+                request_steps.record(3, labels)
+            window_tokens.record(160 + i % 7, {catalog.GEN_AI_AGENT_NAME: agent})
+
+    try:
+        return interleaved(
+            {"raw_sdk": raw_request, "kaos": kaos_request},
+            baseline="raw_sdk",
+            n=max(10, config.n // 20),
+            reps=config.reps,
+        )
+    finally:
+        pipeline.shutdown()
+        meter_provider.shutdown()
