@@ -1,0 +1,83 @@
+"""The long-term tier: atomic facts in Mem0 (offline configuration), traced by ``Mem0Instrumentor``.
+
+Loading mem0 and its embedder takes a few seconds, so the tier is optional and loads once, in a
+thread, when the agent starts. Facts live in an in-memory vector store for the process's
+lifetime. Methods are synchronous (run them in a thread: the context, hence the trace, follows).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from instrumented_agent.memory.relational import Turn
+from instrumented_agent.memory.scopes import Owner, mem0_ids
+from kaos_otel import KaosOtelManager, MemoryScope
+
+__all__ = ["LongTermMemory"]
+
+
+class LongTermMemory:
+    """Facts extracted from compacted turns, recalled semantically and filtered by scope."""
+
+    def __init__(self, otel: KaosOtelManager, llm_base_url: str) -> None:
+        self._otel = otel
+        self._llm_base_url = llm_base_url
+        self._memory: Any = None
+        self._instrumented = False
+        self._dir: Path | None = None
+
+    def load(self) -> None:
+        """Import mem0 (telemetry off), instrument it with this agent's telemetry and build it."""
+        os.environ.setdefault("MEM0_TELEMETRY", "False")
+        self._dir = Path(tempfile.mkdtemp(prefix="kaos-mem0-"))
+        os.environ.setdefault("MEM0_DIR", str(self._dir))
+        from kaos_otel.instrumentation.mem0 import Mem0Instrumentor
+        from kaos_otel.instrumentation.mem0.offline import offline_memory
+
+        instrumentor = Mem0Instrumentor()
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.instrument(telemetry=self._otel)
+            self._instrumented = True
+        self._memory = offline_memory(self._llm_base_url, history_db_path=self._dir / "history.db")
+
+    def close(self) -> None:
+        """Undo what :meth:`load` did: the instrumentation it added and its files."""
+        if self._instrumented:
+            from kaos_otel.instrumentation.mem0 import Mem0Instrumentor
+
+            Mem0Instrumentor().uninstrument()
+            self._instrumented = False
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+        self._memory = None
+
+    def _loaded(self) -> Any:
+        if self._memory is None:
+            raise RuntimeError("long-term memory is not loaded")
+        return self._memory
+
+    def add(self, owner: Owner, facts: Sequence[Turn]) -> int:
+        """Store each fact verbatim (no LLM inference) under the owner's ids; returns how many."""
+        messages = [{"role": fact.role, "content": fact.content} for fact in facts]
+        result = self._loaded().add(messages, infer=False, **mem0_ids(MemoryScope.SESSION, owner))
+        return len(result.get("results", []))
+
+    def search(self, owner: Owner, scope: MemoryScope, query: str, limit: int) -> list[str]:
+        """The facts in ``scope`` closest to ``query``."""
+        found = self._loaded().search(query, filters=mem0_ids(scope, owner), top_k=limit)
+        return [str(item["memory"]) for item in found.get("results", [])]
+
+    def all(self, owner: Owner, scope: MemoryScope) -> list[str]:
+        """Every fact in ``scope``."""
+        found = self._loaded().get_all(filters=mem0_ids(scope, owner))
+        return [str(item["memory"]) for item in found.get("results", [])]
+
+    def delete(self, owner: Owner, scope: MemoryScope) -> None:
+        """Delete every fact in ``scope``."""
+        self._loaded().delete_all(**mem0_ids(scope, owner))

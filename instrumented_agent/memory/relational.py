@@ -1,0 +1,301 @@
+"""The relational tiers on SQLAlchemy Core (SQLite or PostgreSQL): raw turns and rolling summaries.
+
+- ``kaos_memory_turns``: every turn, verbatim and append-only, the source of truth. The
+  short-term window of a session is its turns not yet folded into a summary.
+- ``kaos_memory_summaries``: the medium-term rolling summary of a session, one new row (version)
+  per compaction, so past versions stay readable.
+
+Methods are synchronous (run them in a thread); every filter comes from
+:func:`~instrumented_agent.memory.scopes.scope_clause`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    DateTime,
+    Engine,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    and_,
+    create_engine,
+    delete,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+from instrumented_agent.memory.scopes import Owner, scope_clause
+from kaos_otel import MemoryScope
+
+__all__ = ["DEFAULT_SQLITE_URL", "Compaction", "RelationalStore", "Summary", "Turn", "estimate_tokens"]
+
+DEFAULT_SQLITE_URL = "sqlite:///.kaos/memory.db"
+"""What ``--memory-url sqlite`` means: a SQLite file under the agent's working directory."""
+
+_ID = 200
+metadata = MetaData()
+turns = Table(
+    "kaos_memory_turns",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("agent", String(_ID), nullable=False),
+    Column("user_id", String(_ID), nullable=False),
+    Column("session_id", String(_ID), nullable=False),
+    Column("role", String(32), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Column("compacted", Boolean, nullable=False, default=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_kaos_memory_turns_owner", "user_id", "agent", "session_id", "compacted"),
+)
+summaries = Table(
+    "kaos_memory_summaries",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("agent", String(_ID), nullable=False),
+    Column("user_id", String(_ID), nullable=False),
+    Column("session_id", String(_ID), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("through_turn_id", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("agent", "user_id", "session_id", "version", name="uq_kaos_memory_summary_version"),
+)
+
+
+def estimate_tokens(text: str) -> int:
+    """A deterministic token estimate: one per word plus four for the message frame."""
+    return len(text.split()) + 4
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of a conversation."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One version of a session's rolling summary."""
+
+    session_id: str
+    version: int
+    content: str
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What one compaction did: the summary version it wrote and the turns it folded into it."""
+
+    summary_id: int
+    version: int
+    folded: tuple[Turn, ...]
+    window_tokens: int
+
+
+Summariser = Callable[[str | None, Sequence[Turn]], str]
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _engine(url: str) -> Engine:
+    """An engine for ``url``; in-memory SQLite is one connection shared by every thread."""
+    parsed = make_url(DEFAULT_SQLITE_URL if url == "sqlite" else url)
+    options: dict[str, Any] = {"pool_pre_ping": True}
+    if parsed.get_backend_name() == "sqlite":
+        options["connect_args"] = {"check_same_thread": False, "timeout": 10}
+        if parsed.database in (None, "", ":memory:"):
+            options["poolclass"] = StaticPool
+        else:
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    elif parsed.get_backend_name() == "postgresql":
+        options["connect_args"] = {"connect_timeout": 3}
+    return create_engine(parsed, **options)
+
+
+class RelationalStore:
+    """Turns and summaries in one database (``sqlite:///file``, ``sqlite://`` or ``postgresql+psycopg://``)."""
+
+    def __init__(self, url: str) -> None:
+        self._engine = _engine(url)
+        backend = self._engine.url.get_backend_name()
+        self.provider = backend
+        self.store_id = f"{backend}:{self._engine.url.database or 'memory'}"
+        self._schema_ready = False
+
+    def ensure_schema(self) -> None:
+        """Create the tables if they do not exist (once per process, retried after a failure)."""
+        if not self._schema_ready:
+            metadata.create_all(self._engine)
+            self._schema_ready = True
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()
+
+    def append(self, owner: Owner, new_turns: Sequence[Turn]) -> int:
+        """Append turns to the session; returns the window size (tokens) after the append."""
+        self.ensure_schema()
+        with self._engine.begin() as conn:
+            conn.execute(
+                turns.insert(),
+                [
+                    {
+                        "agent": owner.agent,
+                        "user_id": owner.user_key,
+                        "session_id": owner.session_id,
+                        "role": turn.role,
+                        "content": turn.content,
+                        "tokens": estimate_tokens(turn.content),
+                        "compacted": False,
+                        "created_at": _now(),
+                    }
+                    for turn in new_turns
+                ],
+            )
+            return self._window_tokens(conn, owner)
+
+    def window(self, owner: Owner, scope: MemoryScope, limit: int) -> list[Turn]:
+        """The latest ``limit`` turns not folded into a summary, oldest first."""
+        self.ensure_schema()
+        query = (
+            select(turns.c.role, turns.c.content)
+            .where(scope_clause(turns, scope, owner), turns.c.compacted.is_(False))
+            .order_by(turns.c.id.desc())
+            .limit(limit)
+        )
+        with self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [Turn(row.role, row.content) for row in reversed(rows)]
+
+    def summaries(self, owner: Owner, scope: MemoryScope, limit: int) -> list[Summary]:
+        """The latest summary version of each session in ``scope`` (newest sessions first)."""
+        self.ensure_schema()
+        keys = (summaries.c.agent, summaries.c.user_id, summaries.c.session_id)
+        latest = (
+            select(*keys, func.max(summaries.c.version).label("version"))
+            .where(scope_clause(summaries, scope, owner))
+            .group_by(*keys)
+            .subquery()
+        )
+        query = (
+            select(summaries.c.session_id, summaries.c.version, summaries.c.content)
+            .join(
+                latest,
+                and_(
+                    summaries.c.agent == latest.c.agent,
+                    summaries.c.user_id == latest.c.user_id,
+                    summaries.c.session_id == latest.c.session_id,
+                    summaries.c.version == latest.c.version,
+                ),
+            )
+            .order_by(summaries.c.id.desc())
+            .limit(limit)
+        )
+        with self._engine.connect() as conn:
+            return [Summary(r.session_id, r.version, r.content) for r in conn.execute(query)]
+
+    def summary_versions(self, owner: Owner) -> list[Summary]:
+        """Every summary version of the owner's session, oldest first."""
+        self.ensure_schema()
+        query = (
+            select(summaries.c.session_id, summaries.c.version, summaries.c.content)
+            .where(scope_clause(summaries, MemoryScope.SESSION, owner))
+            .order_by(summaries.c.version)
+        )
+        with self._engine.connect() as conn:
+            return [Summary(r.session_id, r.version, r.content) for r in conn.execute(query)]
+
+    def compact(self, owner: Owner, budget: int, summarise: Summariser) -> Compaction | None:
+        """Fold the session's older turns into a new summary version if the window exceeds ``budget``.
+
+        The newest turns that fit in half the budget stay in the window (at least the last one).
+        """
+        self.ensure_schema()
+        session = scope_clause(turns, MemoryScope.SESSION, owner)
+        with self._engine.begin() as conn:
+            rows = conn.execute(
+                select(turns.c.id, turns.c.role, turns.c.content, turns.c.tokens)
+                .where(session, turns.c.compacted.is_(False))
+                .order_by(turns.c.id)
+            ).all()
+            if len(rows) < 2 or sum(r.tokens for r in rows) <= budget:
+                return None
+            keep_from, kept_tokens = len(rows) - 1, rows[-1].tokens
+            while keep_from > 1 and kept_tokens + rows[keep_from - 1].tokens <= budget // 2:
+                keep_from -= 1
+                kept_tokens += rows[keep_from].tokens
+            folded = rows[:keep_from]
+            previous = conn.execute(
+                select(summaries.c.version, summaries.c.content)
+                .where(scope_clause(summaries, MemoryScope.SESSION, owner))
+                .order_by(summaries.c.version.desc())
+                .limit(1)
+            ).first()
+            folded_turns = tuple(Turn(r.role, r.content) for r in folded)
+            version = (previous.version if previous else 0) + 1
+            summary_id = conn.execute(
+                summaries.insert().returning(summaries.c.id),
+                {
+                    "agent": owner.agent,
+                    "user_id": owner.user_key,
+                    "session_id": owner.session_id,
+                    "version": version,
+                    "content": summarise(previous.content if previous else None, folded_turns),
+                    "through_turn_id": folded[-1].id,
+                    "created_at": _now(),
+                },
+            ).scalar_one()
+            conn.execute(update(turns).where(session, turns.c.id <= folded[-1].id).values(compacted=True))
+            return Compaction(summary_id, version, folded_turns, self._window_tokens(conn, owner))
+
+    def delete_turns(self, owner: Owner, scope: MemoryScope) -> int:
+        """Delete every turn in ``scope`` (raw turns included); returns how many."""
+        return self._delete(turns, owner, scope)
+
+    def delete_summaries(self, owner: Owner, scope: MemoryScope) -> int:
+        """Delete every summary version in ``scope``; returns how many."""
+        return self._delete(summaries, owner, scope)
+
+    def count_turns(self, owner: Owner, scope: MemoryScope) -> int:
+        """How many raw turns (folded or not) ``scope`` holds."""
+        self.ensure_schema()
+        with self._engine.connect() as conn:
+            count: int = conn.execute(
+                select(func.count()).select_from(turns).where(scope_clause(turns, scope, owner))
+            ).scalar_one()
+        return count
+
+    def _delete(self, table: Table, owner: Owner, scope: MemoryScope) -> int:
+        self.ensure_schema()
+        with self._engine.begin() as conn:
+            return conn.execute(delete(table).where(scope_clause(table, scope, owner))).rowcount
+
+    @staticmethod
+    def _window_tokens(conn: Connection, owner: Owner) -> int:
+        tokens: int | None = conn.execute(
+            select(func.sum(turns.c.tokens)).where(
+                scope_clause(turns, MemoryScope.SESSION, owner), turns.c.compacted.is_(False)
+            )
+        ).scalar_one()
+        return int(tokens or 0)
