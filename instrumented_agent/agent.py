@@ -13,12 +13,12 @@ import asyncio
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from instrumented_agent.config import DELEGATE_TOOL, USER_ID_HEADER, AgentConfig
+from instrumented_agent.config import DELEGATE_TOOL, SESSION_ID_HEADER, USER_ID_HEADER, AgentConfig
 from instrumented_agent.errors import (
     BudgetExceededError,
     DelegationError,
@@ -26,9 +26,10 @@ from instrumented_agent.errors import (
     UnknownToolError,
 )
 from instrumented_agent.mcp_client import McpToolbox
+from instrumented_agent.memory import MemoryService, Turn, new_session_id
 from instrumented_agent.model_client import DeltaSink, ModelClient
 from instrumented_agent.openai_api import ChatMessage, Completion, ToolCall, Usage, function_tool
-from kaos_otel import AgentRun, KaosOtelManager, Outcome
+from kaos_otel import AgentRun, KaosOtelManager, MemoryScope, Outcome
 
 __all__ = ["Agent", "Identity", "RunResult"]
 
@@ -37,14 +38,18 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Identity:
-    """Who a run acts for: the gateway-verified user, or the agent itself for self-initiated runs."""
+    """Who a run acts for: the gateway-verified user, or the agent itself for self-initiated runs.
+
+    ``session_id`` is the conversation session (from the gateway's header, else a new one).
+    """
 
     user_id: str | None
     self_initiated: bool = False
+    session_id: str = field(default_factory=new_session_id)
 
     @classmethod
     def of_agent(cls, agent_name: str) -> Identity:
-        """The identity of a run the agent starts on its own."""
+        """The identity of a run the agent starts on its own (a new session each time)."""
         return cls(user_id=f"agent:{agent_name}", self_initiated=True)
 
 
@@ -79,8 +84,10 @@ class Agent:
         model: ModelClient,
         toolbox: McpToolbox,
         http_client: httpx.AsyncClient,
+        memory: MemoryService | None = None,
     ) -> None:
         self.config = config
+        self.memory = memory
         self._otel = otel
         self._model = model
         self._toolbox = toolbox
@@ -119,20 +126,32 @@ class Agent:
         *,
         conversation_id: str | None = None,
         on_delta: DeltaSink | None = None,
+        memory_scope: MemoryScope = MemoryScope.SESSION,
     ) -> RunResult:
-        """Run the loop for ``messages`` on behalf of ``identity``; raises :class:`AgentError` on failure."""
+        """Run the loop for ``messages`` on behalf of ``identity``; raises :class:`AgentError` on failure.
+
+        With memory on, the run recalls at ``memory_scope`` before its first model call and
+        appends the last user message and the answer to the session after a successful answer.
+        """
         config = self.config
         self._otel.register_known_names(
             self.name, tools=self._toolbox.tools(), models=[config.model_name], targets=config.sub_agents
         )
         run = self._otel.invoke_agent(
-            self.name, conversation_id=conversation_id, user_id=identity.user_id, max_steps=config.max_steps
+            self.name,
+            conversation_id=conversation_id,
+            session_id=identity.session_id if self.memory else None,
+            user_id=identity.user_id,
+            max_steps=config.max_steps,
         )
         with run:
             _log.info("run started (%d messages, self-initiated=%s)", len(messages), identity.self_initiated)
             try:
                 async with asyncio.timeout(config.max_runtime_s):
-                    result = await self._loop(run, messages, identity, on_delta)
+                    context = await self._recall(messages, identity, memory_scope)
+                    result = await self._loop(run, [*context, *messages], identity, on_delta)
+                    if result.outcome is Outcome.SUCCESS:
+                        await self._remember(messages, identity, result.content)
             except TimeoutError as exc:
                 _log.error("run stopped: runtime budget of %g s used up", config.max_runtime_s)
                 raise BudgetExceededError(f"runtime budget of {config.max_runtime_s:g} s used up") from exc
@@ -141,6 +160,26 @@ class Agent:
                 _log.warning("run ended without a final answer: %s", result.content)
             _log.info("run finished after %d steps", result.steps)
             return result
+
+    async def _recall(
+        self, messages: Sequence[ChatMessage], identity: Identity, scope: MemoryScope
+    ) -> list[ChatMessage]:
+        """What memory recalls for this run, as one system message (none without memory)."""
+        if self.memory is None:
+            return []
+        owner = self.memory.owner(identity.user_id, identity.session_id)
+        recalled = await self.memory.recall(owner, scope, _last_user_text(messages))
+        text = recalled.as_context()
+        return [ChatMessage(role="system", content=text)] if text else []
+
+    async def _remember(self, messages: Sequence[ChatMessage], identity: Identity, answer: str) -> None:
+        """Append the turn (last user message and the answer) to the session's window."""
+        if self.memory is None:
+            return
+        owner = self.memory.owner(identity.user_id, identity.session_id)
+        await self.memory.remember(
+            owner, [Turn("user", _last_user_text(messages)), Turn("assistant", answer)]
+        )
 
     async def _loop(
         self, run: AgentRun, messages: Sequence[ChatMessage], identity: Identity, on_delta: DeltaSink | None
@@ -217,7 +256,9 @@ class Agent:
                 known = ", ".join(sorted(self.config.sub_agents)) or "none"
                 raise UnknownAgentError(f"unknown agent {target!r} (sub-agents: {known})")
             _log.info("delegating to %s", target)
-            headers = {USER_ID_HEADER: identity.user_id} if identity.user_id else {}
+            headers = {SESSION_ID_HEADER: identity.session_id}
+            if identity.user_id:
+                headers[USER_ID_HEADER] = identity.user_id
             body = {"model": target, "messages": [{"role": "user", "content": task}]}
             try:
                 response = await self._http.post(
@@ -243,6 +284,11 @@ def _budget_result(text: str, steps: int, usage: Usage, on_delta: DeltaSink | No
     if on_delta is not None:
         on_delta(text)
     return RunResult(text, "length", Outcome.MAX_STEPS, steps, usage)
+
+
+def _last_user_text(messages: Sequence[ChatMessage]) -> str:
+    """The text of the last user message ("" if there is none)."""
+    return next((m.text() for m in reversed(messages) if m.role == "user"), "")
 
 
 def _add_usage(total: Usage, more: Usage) -> Usage:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from kaos_otel import MemoryScope
+
 __all__ = [
     "DELEGATE_TOOL",
     "ENV_AUTONOMOUS_GOAL",
@@ -20,12 +22,18 @@ __all__ = [
     "ENV_MAX_STEPS",
     "ENV_MAX_TOOL_CALLS",
     "ENV_MCP_SERVERS",
+    "ENV_MEMORY_LONG_TERM",
+    "ENV_MEMORY_MAX_READ_SCOPE",
+    "ENV_MEMORY_URL",
+    "ENV_MEMORY_WINDOW_TOKENS",
     "ENV_MODEL_API_KEY",
     "ENV_MODEL_BASE_URL",
     "ENV_MODEL_NAME",
     "ENV_MODEL_PROVIDER",
     "ENV_NAME",
     "ENV_SUB_AGENTS",
+    "MEMORY_SCOPE_HEADER",
+    "SESSION_ID_HEADER",
     "USER_ID_HEADER",
     "AgentConfig",
     "ConfigError",
@@ -47,12 +55,22 @@ ENV_MAX_TOOL_CALLS = "KAOS_AGENT_MAX_TOOL_CALLS"
 ENV_MAX_RUNTIME_S = "KAOS_AGENT_MAX_RUNTIME_S"
 ENV_AUTONOMOUS_GOAL = "KAOS_AGENT_AUTONOMOUS_GOAL"
 ENV_AUTONOMOUS_INTERVAL_S = "KAOS_AGENT_AUTONOMOUS_INTERVAL_S"
+ENV_MEMORY_URL = "KAOS_MEMORY_URL"
+ENV_MEMORY_WINDOW_TOKENS = "KAOS_MEMORY_WINDOW_TOKENS"
+ENV_MEMORY_LONG_TERM = "KAOS_MEMORY_LONG_TERM"
+ENV_MEMORY_MAX_READ_SCOPE = "KAOS_MEMORY_MAX_READ_SCOPE"
 
 DELEGATE_TOOL = "delegate_to_agent"
 """The function agents with sub-agents offer the model: ``{"agent": name, "task": text}``."""
 
 USER_ID_HEADER = "x-kaos-user-id"
 """Header a trusted gateway sets to the verified user id; the only source of user identity."""
+
+SESSION_ID_HEADER = "x-kaos-session-id"
+"""Header naming the conversation session (memory's session scope); generated when absent."""
+
+MEMORY_SCOPE_HEADER = "x-kaos-memory-scope"
+"""Header choosing the memory read scope of a request (default ``session``, at most the ceiling)."""
 
 T = TypeVar("T")
 
@@ -80,6 +98,10 @@ class AgentConfig:
     max_runtime_s: float = 60.0
     autonomous_goal: str | None = None
     autonomous_interval_s: float = 60.0
+    memory_url: str | None = field(default=None, repr=False)
+    memory_window_tokens: int = 1024
+    memory_long_term: bool = False
+    memory_max_read_scope: MemoryScope = MemoryScope.AGENT
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -92,6 +114,10 @@ class AgentConfig:
             raise ConfigError("autonomous interval must be positive")
         if self.name in self.sub_agents:
             raise ConfigError(f"agent {self.name!r} cannot be its own sub-agent")
+        if self.memory_window_tokens < 1:
+            raise ConfigError("memory window must be at least 1 token")
+        if self.memory_max_read_scope is MemoryScope.STORE:
+            raise ConfigError("the store memory scope is refused for agents (cluster-admin only)")
 
 
 _DEFAULTS = AgentConfig(name="defaults", model_base_url="unset", model_name="unset")
@@ -106,6 +132,14 @@ def parse_sub_agents(value: str) -> dict[str, str]:
             raise ConfigError(f"sub-agent must look like name=url, got {item!r}")
         agents[name.strip()] = url.strip()
     return agents
+
+
+def _flag(value: str) -> bool:
+    """Parse a boolean environment value."""
+    lowered = value.lower()
+    if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(value)
+    return lowered in ("1", "true", "yes", "on")
 
 
 def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,6 +174,27 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         "--autonomous-interval",
         type=float,
         help=f"seconds between autonomous runs (env {ENV_AUTONOMOUS_INTERVAL_S})",
+    )
+    parser.add_argument(
+        "--memory-url",
+        help="turn memory on: sqlite (.kaos/memory.db here), sqlite:///FILE, sqlite:// (in memory) "
+        f"or postgresql+psycopg://... (env {ENV_MEMORY_URL})",
+    )
+    parser.add_argument(
+        "--memory-window-tokens",
+        type=int,
+        help=f"short-term window budget before compaction (env {ENV_MEMORY_WINDOW_TOKENS})",
+    )
+    parser.add_argument(
+        "--memory-long-term",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"long-term facts in Mem0 (slower start; env {ENV_MEMORY_LONG_TERM})",
+    )
+    parser.add_argument(
+        "--memory-max-read-scope",
+        choices=[s.value for s in MemoryScope if s is not MemoryScope.STORE],
+        help=f"widest memory read scope a request may use (env {ENV_MEMORY_MAX_READ_SCOPE})",
     )
 
 
@@ -185,5 +240,23 @@ def agent_config_from_args(args: argparse.Namespace, environ: Mapping[str, str] 
             ENV_AUTONOMOUS_INTERVAL_S,
             float,
             _DEFAULTS.autonomous_interval_s,
+        ),
+        memory_url=_setting(args.memory_url, environ, ENV_MEMORY_URL, str, "") or None,
+        memory_window_tokens=_setting(
+            args.memory_window_tokens,
+            environ,
+            ENV_MEMORY_WINDOW_TOKENS,
+            int,
+            _DEFAULTS.memory_window_tokens,
+        ),
+        memory_long_term=_setting(
+            args.memory_long_term, environ, ENV_MEMORY_LONG_TERM, _flag, _DEFAULTS.memory_long_term
+        ),
+        memory_max_read_scope=_setting(
+            MemoryScope(args.memory_max_read_scope) if args.memory_max_read_scope else None,
+            environ,
+            ENV_MEMORY_MAX_READ_SCOPE,
+            MemoryScope,
+            _DEFAULTS.memory_max_read_scope,
         ),
     )

@@ -1,7 +1,9 @@
 """``kaos-agent demo``: run the reference system locally and show its traces and metrics.
 
-Telemetry goes to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when it is set; otherwise to a receiver inside
-the demo that writes OTLP JSON lines to a file (``kaos-otel traces show FILE`` renders it later).
+Its agents remember (short- and medium-term memory in a SQLite file in the work dir), so the trees
+show memory spans too. Telemetry goes to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when it is set; otherwise
+to a receiver inside the demo that writes OTLP JSON lines to a file (``kaos-otel traces show FILE``
+renders it later).
 """
 
 from __future__ import annotations
@@ -164,7 +166,9 @@ def run_demo(
     try:
         with _sigterm_as_interrupt(), supervisor:
             out.say(f"Starting the scripted model, 2 MCP servers and 3 agents (logs in {workdir})")
-            system = start_system(supervisor, model_latency_ms=model_latency_ms)
+            system = start_system(
+                supervisor, model_latency_ms=model_latency_ms, agent_args=_memory_args(workdir)
+            )
             for service in system.services.values():
                 out.say(f"  {service.name:<15} {service.url}  pid {service.pid}")
             for name in scenario_names:
@@ -191,6 +195,11 @@ def run_demo(
     else:
         _report_telemetry(out, results, spans, points, telemetry_file, external)
     return EXIT_OK if all(r.ok for r in results) else EXIT_SCENARIO_FAILED
+
+
+def _memory_args(workdir: Path) -> list[str]:
+    """The demo's agents remember in one SQLite store in the work dir (long-term tier off: fast start)."""
+    return ["--memory-url", f"sqlite:///{workdir / 'memory.db'}"]
 
 
 def _report_scenario(out: _Output, result: ScenarioResult) -> None:

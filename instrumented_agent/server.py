@@ -8,6 +8,12 @@ HTTP client spans: the ``chat`` and delegation spans are the client spans.
 
 Identity: the user id comes only from the :data:`~instrumented_agent.config.USER_ID_HEADER` header
 that a trusted gateway sets, never from the body or the model; autonomous runs use the agent's own.
+The session comes from :data:`~instrumented_agent.config.SESSION_ID_HEADER` (generated when absent
+and returned in the response headers).
+
+Memory (with ``--memory-url``): runs recall at the scope of the
+:data:`~instrumented_agent.config.MEMORY_SCOPE_HEADER` header (default ``session``, at most the
+agent's ceiling) and ``DELETE /v1/memory`` forgets that scope across all three tiers.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from opentelemetry import trace
 
 from instrumented_agent.agent import Agent, Identity, RunResult
-from instrumented_agent.config import USER_ID_HEADER, AgentConfig
+from instrumented_agent.config import MEMORY_SCOPE_HEADER, SESSION_ID_HEADER, USER_ID_HEADER, AgentConfig
 from instrumented_agent.errors import AgentError
 from instrumented_agent.mcp_client import McpToolbox
+from instrumented_agent.memory import LongTermMemory, MemoryService, RelationalStore, parse_scope
 from instrumented_agent.model_client import ModelClient
 from instrumented_agent.openai_api import (
     SSE_DONE,
@@ -41,7 +48,7 @@ from instrumented_agent.openai_api import (
     usage_chunk,
 )
 from instrumented_agent.serving import FASTAPI_TELEMETRY_OFF
-from kaos_otel import KaosOtelManager
+from kaos_otel import KaosOtelManager, MemoryScope
 from kaos_otel.instrumentation.asgi import TraceContextMiddleware
 from kaos_otel.propagation import async_inject_request_hook
 
@@ -93,10 +100,12 @@ class _AgentService:
         self.toolbox = toolbox
 
     async def complete(
-        self, body: ChatRequest, identity: Identity, conversation_id: str | None
+        self, body: ChatRequest, identity: Identity, conversation_id: str | None, scope: MemoryScope
     ) -> JSONResponse:
         try:
-            result = await self.agent.run(body.messages, identity, conversation_id=conversation_id)
+            result = await self.agent.run(
+                body.messages, identity, conversation_id=conversation_id, memory_scope=scope
+            )
         except Exception as exc:
             if not isinstance(exc, AgentError):
                 _log.exception("request failed unexpectedly")
@@ -111,7 +120,7 @@ class _AgentService:
         return JSONResponse(completion_body(completion), headers=_trace_headers())
 
     async def stream(
-        self, body: ChatRequest, identity: Identity, conversation_id: str | None
+        self, body: ChatRequest, identity: Identity, conversation_id: str | None, scope: MemoryScope
     ) -> JSONResponse | StreamingResponse:
         """Run in a task that feeds a queue; an error before the first chunk is still an HTTP error."""
         queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
@@ -120,7 +129,11 @@ class _AgentService:
             try:
                 queue.put_nowait(
                     await self.agent.run(
-                        body.messages, identity, conversation_id=conversation_id, on_delta=queue.put_nowait
+                        body.messages,
+                        identity,
+                        conversation_id=conversation_id,
+                        on_delta=queue.put_nowait,
+                        memory_scope=scope,
                     )
                 )
             except Exception as exc:
@@ -187,7 +200,10 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
             timeout=timeout, trust_env=False, event_hooks={"request": [async_inject_request_hook]}
         ) as http:
             model = ModelClient(config.model_base_url, http, config.model_api_key)
-            agent = Agent(config, otel, model, toolbox, http)
+            memory = _memory_service(config, otel)
+            if memory is not None:
+                await memory.start()
+            agent = Agent(config, otel, model, toolbox, http, memory)
             state["service"] = _AgentService(agent, toolbox)
             toolbox.start()
             autonomous = (
@@ -205,6 +221,8 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
                     with contextlib.suppress(asyncio.CancelledError):
                         await autonomous
                 await toolbox.aclose()
+                if memory is not None:
+                    await memory.aclose()
 
     app = FastAPI(title=f"kaos agent {config.name}", lifespan=lifespan, telemetry=FASTAPI_TELEMETRY_OFF)
     app.add_middleware(TraceContextMiddleware, otel=otel)
@@ -222,11 +240,53 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatRequest, request: Request) -> JSONResponse | StreamingResponse:
-        identity = Identity(user_id=request.headers.get(USER_ID_HEADER) or None)
+        try:
+            identity, scope = _identity(request), parse_scope(request.headers.get(MEMORY_SCOPE_HEADER))
+        except AgentError as exc:
+            return _error_response(exc)
         conversation_id = request.headers.get(CONVERSATION_ID_HEADER) or None
         service = state["service"]
         if body.stream:
-            return await service.stream(body, identity, conversation_id)
-        return await service.complete(body, identity, conversation_id)
+            response = await service.stream(body, identity, conversation_id, scope)
+        else:
+            response = await service.complete(body, identity, conversation_id, scope)
+        response.headers[SESSION_ID_HEADER] = identity.session_id
+        return response
+
+    @app.delete("/v1/memory", response_model=None)
+    async def forget(request: Request) -> JSONResponse:
+        """Forget the request's memory scope (default ``session``) across all three tiers."""
+        memory = state["service"].agent.memory
+        if memory is None:
+            return JSONResponse(error_body("memory is off", "not_found"), status_code=404)
+        try:
+            identity, scope = _identity(request), parse_scope(request.headers.get(MEMORY_SCOPE_HEADER))
+            forgotten = await memory.forget(memory.owner(identity.user_id, identity.session_id), scope)
+        except AgentError as exc:
+            return _error_response(exc)
+        body = {"scope": scope.value, "deleted": forgotten.deleted, "degraded": forgotten.degraded}
+        return JSONResponse(body, status_code=503 if forgotten.degraded else 200, headers=_trace_headers())
 
     return app
+
+
+def _identity(request: Request) -> Identity:
+    """The user and session a trusted gateway set on the request (a new session when absent)."""
+    user_id = request.headers.get(USER_ID_HEADER) or None
+    session_id = request.headers.get(SESSION_ID_HEADER)
+    return Identity(user_id=user_id, session_id=session_id) if session_id else Identity(user_id=user_id)
+
+
+def _memory_service(config: AgentConfig, otel: KaosOtelManager) -> MemoryService | None:
+    """The agent's memory when ``memory_url`` is set (long-term facts only when enabled)."""
+    if not config.memory_url:
+        return None
+    long_term = LongTermMemory(otel, config.model_base_url) if config.memory_long_term else None
+    return MemoryService(
+        config.name,
+        otel,
+        RelationalStore(config.memory_url),
+        long_term,
+        window_tokens=config.memory_window_tokens,
+        max_read_scope=config.memory_max_read_scope,
+    )
