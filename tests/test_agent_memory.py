@@ -1,0 +1,437 @@
+"""The reference agent's three-tier memory on SQLite and on a real PostgreSQL, and its telemetry.
+
+Tier behaviour and scopes run against both relational backends (a private PostgreSQL cluster is
+started for this module). The long-term tier runs the real mem0 offline. The last tests run agent
+processes over HTTP: memory spans in the request's trace without content, and an agent whose
+memory backend is down still answering.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from instrumented_agent.config import MEMORY_SCOPE_HEADER, SESSION_ID_HEADER, USER_ID_HEADER
+from instrumented_agent.memory import (
+    LongTermMemory,
+    MemoryScopeError,
+    MemoryService,
+    Owner,
+    RelationalStore,
+    Turn,
+)
+from instrumented_agent.server import TRACE_ID_HEADER
+from instrumented_agent.supervisor import ServiceSpec, Supervisor
+from instrumented_agent.system import agent_spec, otlp_env
+from kaos_otel import KaosOtelManager, MemoryScope, catalog
+from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
+
+pytestmark = pytest.mark.timeout(120)
+
+PG_PACKAGE = "postgresql"
+_METRIC_LABELS = {
+    catalog.GEN_AI_AGENT_NAME,
+    catalog.KAOS_MEMORY_TIER,
+    catalog.KAOS_MEMORY_OPERATION,
+    catalog.KAOS_MEMORY_SCOPE,
+    catalog.KAOS_OUTCOME,
+}
+
+
+# --- a private PostgreSQL cluster ----------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+class PostgresCluster:
+    """``initdb`` into a temporary folder and ``postgres`` on a free loopback port, as OS user postgres."""
+
+    def __init__(self) -> None:
+        binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+        if not binaries or shutil.which("runuser") is None:
+            pytest.fail(
+                "PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin (or runuser "
+                f"missing): install them with `apt-get install -y --no-install-recommends {PG_PACKAGE}`",
+                pytrace=False,
+            )
+        self.bindir = binaries[-1].parent
+        self.root = Path(tempfile.mkdtemp(prefix="kaos-pg-"))
+        shutil.chown(self.root, "postgres", "postgres")
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._as_postgres(
+            "initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"
+        )
+
+    def _as_postgres(self, tool: str, *args: str) -> None:
+        command = ["runuser", "-u", "postgres", "--", str(self.bindir / tool), *args]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, f"{tool} failed: {done.stderr}"
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def connect(self) -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        )
+
+    def start(self) -> None:
+        log = (self.root / "postgres.log").open("ab")
+        self._process = subprocess.Popen(
+            [
+                *("runuser", "-u", "postgres", "--", str(self.bindir / "postgres"), "-D", str(self.data)),
+                *("-p", str(self.port), "-k", str(self.root), "-c", "listen_addresses=127.0.0.1"),
+                *("-c", "fsync=off", "-c", "full_page_writes=off"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.connect().close()
+                return
+            except psycopg.OperationalError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"postgres did not start: {(self.root / 'postgres.log').read_text()[-2000:]}"
+                    ) from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Fast shutdown of the postmaster (by the PID in its pid file), then of runuser."""
+        if self._process is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((self.data / "postmaster.pid").read_text().split()[0])
+            os.kill(pid, signal.SIGINT)
+        try:
+            self._process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresCluster]:
+    cluster = PostgresCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database: a SQLite file, or a new database on the private PostgreSQL cluster."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'memory.db'}"
+    cluster: PostgresCluster = request.getfixturevalue("postgres")
+    name = f"kaos_{uuid.uuid4().hex[:12]}"
+    with cluster.connect() as conn:
+        conn.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+    return cluster.url(name)
+
+
+def _otel(make_otel: Callable[..., KaosOtelManager]) -> KaosOtelManager:
+    return make_otel(environ={"OTEL_METRIC_EXPORT_INTERVAL": "200"})
+
+
+def _memory_spans(receiver: OtlpReceiver) -> list[ReceivedSpan]:
+    return [s for s in receiver.spans() if catalog.KAOS_MEMORY_TIER in s.attributes]
+
+
+def _assert_no_ids_on_metrics(receiver: OtlpReceiver) -> None:
+    for point in receiver.metric_points():
+        if point.name.startswith("kaos.memory."):
+            assert set(point.attributes) <= _METRIC_LABELS, point
+
+
+# --- tiers and scopes, on both backends ----------------------------------------------------------
+async def test_scopes_isolate_sessions_agents_and_users(
+    backend_url: str, make_otel: Callable[..., KaosOtelManager]
+) -> None:
+    otel = _otel(make_otel)
+    services = {
+        agent: MemoryService(agent, otel, RelationalStore(backend_url), max_read_scope=MemoryScope.USER)
+        for agent in ("infra", "appdev")
+    }
+    infra, appdev = services["infra"], services["appdev"]
+    await infra.start()
+    writes = [
+        (infra.owner("alice", "s1"), "alice s1 via infra"),
+        (infra.owner("alice", "s2"), "alice s2 via infra"),
+        (appdev.owner("alice", "s3"), "alice s3 via appdev"),
+        (infra.owner("bob", "s1"), "bob s1 via infra"),
+        (infra.owner(None, "s1"), "anonymous s1 via infra"),
+    ]
+    for owner, text in writes:
+        await services[owner.agent].remember(owner, [Turn("user", text)])
+
+    async def seen(service: MemoryService, owner: Owner, scope: MemoryScope) -> set[str]:
+        return {t.content for t in (await service.recall(owner, scope, "")).turns}
+
+    alice = infra.owner("alice", "s1")
+    assert await seen(infra, alice, MemoryScope.SESSION) == {"alice s1 via infra"}
+    assert await seen(infra, alice, MemoryScope.AGENT) == {"alice s1 via infra", "alice s2 via infra"}
+    assert await seen(infra, alice, MemoryScope.USER) == {
+        "alice s1 via infra",
+        "alice s2 via infra",
+        "alice s3 via appdev",
+    }
+    assert await seen(infra, infra.owner("bob", "s1"), MemoryScope.USER) == {"bob s1 via infra"}
+    assert await seen(infra, infra.owner(None, "s1"), MemoryScope.AGENT) == {"anonymous s1 via infra"}
+    with pytest.raises(MemoryScopeError, match="store scope is refused"):
+        await infra.recall(alice, MemoryScope.STORE, "")
+    with pytest.raises(MemoryScopeError, match="needs a verified user"):
+        await infra.recall(infra.owner(None, "s1"), MemoryScope.USER, "")
+    ceiling = MemoryService("infra", otel, infra.relational, max_read_scope=MemoryScope.SESSION)
+    with pytest.raises(MemoryScopeError, match="above this agent's ceiling"):
+        await ceiling.recall(alice, MemoryScope.AGENT, "")
+    for service in services.values():
+        await service.aclose()
+
+
+async def test_compaction_writes_summary_versions_and_records_metrics(
+    backend_url: str, make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
+) -> None:
+    otel = _otel(make_otel)
+    memory = MemoryService("summariser", otel, RelationalStore(backend_url), window_tokens=40)
+    await memory.start()
+    owner = memory.owner("carol", "s1")
+    for i in range(6):
+        await memory.remember(
+            owner, [Turn("user", f"question {i} about the deployment"), Turn("assistant", f"answer {i}")]
+        )
+    versions = memory.relational.summary_versions(owner)
+    assert [s.version for s in versions] == list(range(1, len(versions) + 1)) and len(versions) >= 2
+    assert "question 0 about the deployment" in versions[-1].content  # rolling: older content kept
+    assert memory.relational.count_turns(owner, MemoryScope.SESSION) == 12  # raw turns all kept
+    recalled = await memory.recall(owner, MemoryScope.SESSION, "")
+    assert [s.version for s in recalled.summaries] == [versions[-1].version]
+    assert recalled.turns[-1] == Turn("assistant", "answer 5")
+    assert sum(len(t.content.split()) + 4 for t in recalled.turns) <= 40
+    await memory.aclose()
+    otel.force_flush()
+
+    def arrived(r: OtlpReceiver) -> bool:
+        names = {p.name for p in r.metric_points()}
+        return {catalog.KAOS_MEMORY_COMPACTIONS, catalog.KAOS_MEMORY_WINDOW_TOKENS} <= names
+
+    assert otlp_receiver.wait_for(arrived, timeout=10)
+    points = otlp_receiver.metric_points()
+    compactions = [p for p in points if p.name == catalog.KAOS_MEMORY_COMPACTIONS]
+    assert max(int(p.value or 0) for p in compactions) == len(versions)
+    assert {p.attributes[catalog.KAOS_OUTCOME] for p in compactions} == {"success"}
+    window = [p for p in points if p.name == catalog.KAOS_MEMORY_WINDOW_TOKENS]
+    assert max(p.count or 0 for p in window) == 6 and max(p.max or 0 for p in window) <= 40
+    tiers = {
+        (p.attributes[catalog.KAOS_MEMORY_TIER], p.attributes[catalog.KAOS_MEMORY_OPERATION])
+        for p in points
+        if p.name == catalog.KAOS_MEMORY_OPERATION_DURATION
+    }
+    assert {("short_term", "create_memory"), ("medium_term", "create_memory")} <= tiers
+    assert {("short_term", "search_memory"), ("medium_term", "search_memory")} <= tiers
+    _assert_no_ids_on_metrics(otlp_receiver)
+
+
+# --- long-term tier (real mem0, offline) ---------------------------------------------------------
+async def test_background_extraction_records_lag_and_forget_fans_out(
+    make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
+) -> None:
+    otel = _otel(make_otel)
+    long_term = LongTermMemory(otel, "http://127.0.0.1:9/v1")  # no LLM call: facts stored verbatim
+    memory = MemoryService("librarian", otel, RelationalStore("sqlite://"), long_term, window_tokens=30)
+    await memory.start()
+    owner, other = memory.owner("dave", "s1"), memory.owner("erin", "s1")
+    with otel.span("request") as request:
+        for i in range(4):
+            await memory.remember(
+                owner, [Turn("user", f"dave prefers region eu-west-{i}"), Turn("assistant", "noted")]
+            )
+        await memory.remember(other, [Turn("user", "erin prefers region us-east")])
+        await memory.drain()
+        recalled = await memory.recall(owner, MemoryScope.AGENT, "which region does dave prefer")
+    assert recalled.facts and all("dave prefers region" in fact for fact in recalled.facts)
+    assert long_term.all(owner, MemoryScope.AGENT)
+
+    forgotten = await memory.forget(owner, MemoryScope.AGENT)
+    assert forgotten.degraded == [] and forgotten.deleted["short_term"] == 8
+    assert (forgotten.deleted["medium_term"] or 0) >= 1
+    assert memory.relational.count_turns(owner, MemoryScope.AGENT) == 0
+    assert memory.relational.summary_versions(owner) == []
+    assert long_term.all(owner, MemoryScope.AGENT) == []
+    assert memory.relational.count_turns(other, MemoryScope.AGENT) == 1  # erin's memory untouched
+    await memory.aclose()
+    otel.force_flush()
+
+    assert otlp_receiver.wait_for(
+        lambda r: any(p.name == catalog.KAOS_MEMORY_EXTRACTION_LAG for p in r.metric_points()), timeout=10
+    )
+    lag = [p for p in otlp_receiver.metric_points() if p.name == catalog.KAOS_MEMORY_EXTRACTION_LAG]
+    assert {p.attributes[catalog.KAOS_OUTCOME] for p in lag} == {"success"} and max(
+        p.count or 0 for p in lag
+    ) >= 1
+    spans = _memory_spans(otlp_receiver)
+    trace_id = format(request.span.get_span_context().trace_id, "032x")
+    created = [
+        s
+        for s in spans
+        if s.attributes[catalog.KAOS_MEMORY_TIER] == "long_term" and s.name == "create_memory"
+    ]
+    assert created and all(s.trace_id == trace_id for s in created)  # the background task joins the trace
+    deleted = {s.attributes[catalog.KAOS_MEMORY_TIER] for s in spans if s.name == "delete_memory"}
+    assert deleted == {"short_term", "medium_term", "long_term"}
+    _assert_no_ids_on_metrics(otlp_receiver)
+
+
+# --- a backend that goes down -------------------------------------------------------------------
+async def test_postgres_outage_degrades_memory_then_recovers(
+    postgres: PostgresCluster, make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
+) -> None:
+    otel = _otel(make_otel)
+    memory = MemoryService("steady", otel, RelationalStore(postgres.url()))
+    await memory.start()
+    owner = memory.owner("frank", uuid.uuid4().hex)
+    await memory.remember(owner, [Turn("user", "before the outage")])
+    postgres.stop()
+    try:
+        with otel.span("request"):
+            recalled = await memory.recall(owner, MemoryScope.SESSION, "")
+            await memory.remember(owner, [Turn("user", "during the outage")])
+            forgotten = await memory.forget(owner, MemoryScope.SESSION)
+        assert recalled.turns == () and recalled.summaries == ()
+        assert forgotten.degraded == ["short_term", "medium_term"]
+    finally:
+        postgres.start()
+    await memory.remember(owner, [Turn("user", "after the outage")])
+    assert [t.content for t in (await memory.recall(owner, MemoryScope.SESSION, "")).turns] == [
+        "before the outage",
+        "after the outage",
+    ]
+    await memory.aclose()
+    otel.force_flush()
+
+    degraded = [
+        s for s in _memory_spans(otlp_receiver) if s.attributes.get(catalog.KAOS_OUTCOME) == "degraded"
+    ]
+    assert len(degraded) == 5  # two reads, one append, two deletes
+    assert all(any(e.name == "exception" for e in s.events) for s in degraded)
+    assert otlp_receiver.wait_for(
+        lambda r: any(
+            p.name == catalog.KAOS_MEMORY_OPERATIONS and p.attributes.get(catalog.KAOS_OUTCOME) == "degraded"
+            for p in r.metric_points()
+        ),
+        timeout=10,
+    )
+
+
+# --- agents over HTTP ---------------------------------------------------------------------------
+def _chat(url: str, prompt: str, headers: dict[str, str]) -> httpx.Response:
+    body = {"model": "any", "messages": [{"role": "user", "content": prompt}]}
+    with httpx.Client(timeout=30, trust_env=False) as client:
+        return client.post(f"{url}/v1/chat/completions", json=body, headers=headers)
+
+
+def _trace(receiver: OtlpReceiver, response: httpx.Response, service: str) -> list[ReceivedSpan]:
+    trace_id = response.headers[TRACE_ID_HEADER]
+    assert receiver.wait_for(
+        lambda r: any(
+            s.trace_id == trace_id and s.kind == "SERVER" and s.service_name == service for s in r.spans()
+        ),
+        timeout=10,
+    )
+    return [s for s in receiver.spans() if s.trace_id == trace_id]
+
+
+def test_agents_remember_over_http_and_survive_a_memory_outage(
+    module_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    env = otlp_env(module_receiver.grpc_endpoint, export_delay_ms=200)
+    closed = f"postgresql+psycopg://postgres@127.0.0.1:{_free_port()}/nothing"
+    memory = ["--memory-url", f"sqlite:///{tmp_path / 'memory.db'}", "--memory-window-tokens", "60"]
+    with Supervisor(tmp_path, env=env) as supervisor:
+        model = supervisor.spawn(ServiceSpec("model", ["model"]))
+        echo = supervisor.spawn(ServiceSpec("mcp-echo", ["mcp", "echo"]))
+        keeper = supervisor.spawn(agent_spec("keeper", model, mcp=[echo], extra_args=memory))
+        amnesiac = supervisor.spawn(
+            agent_spec("amnesiac", model, mcp=[echo], extra_args=["--memory-url", closed])
+        )
+        supervisor.wait_ready([model, echo, keeper, amnesiac])
+
+        secret = f"zebra-{uuid.uuid4().hex}"
+        headers = {USER_ID_HEADER: "grace", SESSION_ID_HEADER: "session-1"}
+        responses = [_chat(keeper.url, f"Look up {secret} number {i}", headers) for i in range(3)]
+        assert [r.status_code for r in responses] == [200, 200, 200]
+        assert responses[0].headers[SESSION_ID_HEADER] == "session-1"
+        assert "echo: Look up" in responses[2].json()["choices"][0]["message"]["content"]
+        new_session = _chat(keeper.url, "hello", {USER_ID_HEADER: "grace"})
+        assert len(new_session.headers[SESSION_ID_HEADER]) == 32
+        refused = _chat(keeper.url, "hello", {**headers, MEMORY_SCOPE_HEADER: "store"})
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "memory_scope_refused"
+        above = _chat(keeper.url, "hello", {**headers, MEMORY_SCOPE_HEADER: "user"})
+        assert above.status_code == 403  # the default ceiling is agent
+        with httpx.Client(timeout=30, trust_env=False) as client:
+            forgot = client.request("DELETE", f"{keeper.url}/v1/memory", headers=headers)
+        assert forgot.status_code == 200 and forgot.json()["deleted"]["short_term"] >= 2
+
+        down = _chat(amnesiac.url, "Look up the weather", {USER_ID_HEADER: "grace"})
+        assert down.status_code == 200
+        assert down.json()["choices"][0]["message"]["content"] == "Findings: echo: Look up the weather"
+
+        spans = _trace(module_receiver, responses[1], "keeper")
+        down_spans = _trace(module_receiver, down, "amnesiac")
+
+    by_id = {s.span_id: s for s in spans}
+    memory_spans = [s for s in spans if catalog.KAOS_MEMORY_TIER in s.attributes]
+    assert sorted((s.name, s.attributes[catalog.KAOS_MEMORY_TIER]) for s in memory_spans) == [
+        ("create_memory", "short_term"),
+        ("search_memory", "medium_term"),
+        ("search_memory", "short_term"),
+    ]
+    for span in memory_spans:
+        assert by_id[span.parent_span_id or ""].name == "invoke_agent keeper"
+        assert span.attributes[catalog.SESSION_ID] == "session-1"
+    window = next(
+        s
+        for s in memory_spans
+        if s.name == "search_memory" and s.attributes[catalog.KAOS_MEMORY_TIER] == "short_term"
+    )
+    assert window.attributes[catalog.GEN_AI_MEMORY_RECORD_COUNT] == 2  # the first turn, recalled
+    everything = repr([(s.attributes, s.events) for s in module_receiver.spans()])
+    assert secret not in everything  # no content by default
+    degraded = [s for s in down_spans if s.attributes.get(catalog.KAOS_OUTCOME) == "degraded"]
+    assert {s.name for s in degraded} == {"search_memory", "create_memory"} and len(degraded) == 3
+    assert module_receiver.wait_for(
+        lambda r: any(
+            p.name == catalog.KAOS_MEMORY_OPERATIONS and p.attributes.get(catalog.KAOS_OUTCOME) == "degraded"
+            for p in r.metric_points()
+        ),
+        timeout=10,
+    )
+    _assert_no_ids_on_metrics(module_receiver)
