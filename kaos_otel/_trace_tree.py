@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from kaos_otel import catalog
 from kaos_otel.receiver import ReceivedSpan
 
 __all__ = ["format_duration", "render_trace_trees"]
@@ -67,9 +68,10 @@ class _Renderer:
             status = self._paint(status, _RED + _BOLD)
         elif status == "OK":
             status = self._paint(status, _GREEN)
+        tier = span.attributes.get(catalog.KAOS_MEMORY_TIER)
         parts = [
             self._paint(span.service_name or "?", _CYAN),
-            span.name,
+            f"{span.name} ({tier})" if tier else span.name,
             format_duration(span.duration_s),
             status,
         ]
