@@ -14,13 +14,16 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from kaos_otel import KaosOtelManager, SpanHandle, catalog, run_in_executor_in_context
+from kaos_otel import ContentPolicy, KaosOtelManager, SpanHandle, catalog, run_in_executor_in_context
+from kaos_otel.exporters import SanitizingSpanExporter, TelemetryHealth
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
 
 MakeManager = Callable[..., KaosOtelManager]
@@ -449,3 +452,44 @@ def test_shutdown_while_an_export_is_in_flight_is_bounded(
         pass
     made = (20 + made_during) * SPANS_PER_REQUEST + 1
     assert otel.health.dropped("traces") == made, (made, otel.health.snapshot())
+
+
+# --- the export path under a failing collector ---------------------------------------------------
+
+
+class RecordingExporter(SpanExporter):
+    """Records the size of every export request; fails them all when told to."""
+
+    def __init__(self, fail: bool) -> None:
+        self.requests: list[int] = []
+        self.fail = fail
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.requests.append(len(spans))
+        return SpanExportResult.FAILURE if self.fail else SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_batches_go_out_in_slices_and_a_failed_request_ends_the_batch(fail: bool) -> None:
+    provider = TracerProvider()
+    tracer = provider.get_tracer("slices")
+    spans = []
+    for i in range(300):
+        span = tracer.start_span("slice", attributes={"test.index": i})
+        span.end()
+        spans.append(span)
+    inner = RecordingExporter(fail)
+    health = TelemetryHealth()
+    exporter = SanitizingSpanExporter(inner, ContentPolicy(), health, max_request_spans=64)
+    result = exporter.export(spans)
+    if fail:
+        assert result is SpanExportResult.FAILURE
+        assert inner.requests == [64]  # the collector refused: the rest of the batch is not sent
+        assert health.dropped("traces") == 300  # ... and all of it is counted as lost
+    else:
+        assert result is SpanExportResult.SUCCESS
+        assert inner.requests == [64, 64, 64, 64, 44]
+        assert health.dropped() == 0

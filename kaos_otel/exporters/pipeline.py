@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
@@ -65,11 +66,28 @@ more than that.
 """
 
 
+MAX_REQUEST_SPANS = 64
+"""Spans cleaned and encoded at a time, and sent as one export request.
+
+Cleaning and encoding are pure Python on the export thread: done for a whole batch of 512 spans at
+once they hold the GIL for tens of milliseconds, and a request thread that needs it meanwhile waits
+(the request that coincides with an export was 10 to 20 ms slower). In slices of 64, with the GIL
+released between them, the p99 latency of an agent serving requests with telemetry on fell from
+about 58 to 50 ms (10 ms model latency, two cores; 46 ms with the collector down, where the rest
+of a batch is no longer cleaned once a request has failed), for about 10% less peak throughput.
+"""
+
+
+class _RequestFailed(Exception):
+    """An export request failed: the rest of the batch is not sent."""
+
+
 class SanitizingSpanExporter(SpanExporter):
     """Redacts and caps every span attribute, event attribute and status message, then exports.
 
-    A batch whose estimated encoded size exceeds ``max_request_bytes`` is sent as several
-    requests, so that a few large spans do not get a whole batch rejected by the collector.
+    A batch is cleaned and sent in slices of at most ``max_request_spans`` spans, and a slice whose
+    estimated encoded size exceeds ``max_request_bytes`` is split further, so that a few large spans
+    do not get a whole batch rejected by the collector.
     """
 
     def __init__(
@@ -78,11 +96,13 @@ class SanitizingSpanExporter(SpanExporter):
         policy: ContentPolicy,
         health: TelemetryHealth,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_request_spans: int = MAX_REQUEST_SPANS,
     ) -> None:
         self._inner = inner
         self._policy = policy
         self._health = health
         self._max_request_bytes = max_request_bytes
+        self._max_request_spans = max(1, max_request_spans)
         self._in_flight = _InFlight()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -93,12 +113,19 @@ class SanitizingSpanExporter(SpanExporter):
         """
         self._in_flight.start(len(spans))
         pending = len(spans)
+        step = self._max_request_spans
         try:
-            for request in _split_by_size([self._clean(span) for span in spans], self._max_request_bytes):
-                if self._inner.export(request) is not SpanExportResult.SUCCESS:
-                    break
-                self._in_flight.finish(len(request))
-                pending -= len(request)
+            for start in range(0, len(spans), step):
+                if start:
+                    time.sleep(0)  # let a waiting request thread have the GIL between slices
+                cleaned = [self._clean(span) for span in spans[start : start + step]]
+                for request in _split_by_size(cleaned, self._max_request_bytes):
+                    if self._inner.export(request) is not SpanExportResult.SUCCESS:
+                        raise _RequestFailed
+                    self._in_flight.finish(len(request))
+                    pending -= len(request)
+        except _RequestFailed:
+            pass
         except Exception as exc:
             internal_error("span export", exc)
         if self._in_flight.finish(pending) and pending:
