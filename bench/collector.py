@@ -113,7 +113,7 @@ def memory_with_collector_down(spans: int, queue_size: int) -> dict[str, Any]:
         "bench-memory",
         endpoint=f"http://127.0.0.1:{closed_port()}",
         span_max_queue_size=queue_size,
-        export_timeout_s=0.5,
+        export_timeout_s=2,
         global_providers=False,
         bridge_logging=False,
         environ={},

@@ -67,7 +67,7 @@ def reference_agent_overhead(pairs: int, model_latency_s: float) -> dict[str, An
             exported = receiver.span_count()
     on_stats, off_stats = samples.stats("on"), samples.stats("off")
     return {
-        "agent": "reference agent (instrumented_agent researcher: model, MCP echo tool, model)",
+        "agent": "the instrumented_agent researcher (model call, MCP echo tool call, model call)",
         "model_latency_ms": model_latency_s * 1000,
         "on": on_stats,
         "off": off_stats,
