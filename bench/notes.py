@@ -75,13 +75,14 @@ reference agent's process). Changes to the core, each with a test that fails wit
   request-thread CPU added, and the agent process's CPU per request) is what to scale: at the
   300 ms to several seconds a hosted model takes per call, the ratio falls below 1%.
 - **Mem0 overhead.** The benchmark's operation is a worst case: in-process embeddings (30 us per
-  text) and an in-memory vector store, so an `add` + `search` + `delete` costs a few milliseconds
-  of pure CPU. Three memory spans with their metric points cost about 5% of that even when the
-  raw SDK records them (`mem0_raw_sdk_floor_ratio`); a kaos-otel memory span costs somewhat more
-  than its raw-SDK equivalent (see the Mem0 section), and the instrumentor's own argument binding
-  and scope detection add about 50 us per call on this machine, a candidate for a cheaper path. With a
-  hosted embedder or LLM extraction (tens to hundreds of milliseconds per call) the ratio is far
-  below 5%.
+  text) and an in-memory vector store, so an `add` + `search` + `delete` is a few milliseconds of
+  pure CPU. Three memory spans with their metric points cost a few percent of that even when the
+  raw SDK records them (`mem0_raw_sdk_floor_ratio`; it depends on how long the operation takes on
+  the machine). A kaos-otel memory span costs somewhat more than its raw-SDK equivalent, and the
+  instrumentor's own work around each call (binding the arguments, finding the scope and ids,
+  inspecting the result) comes on top: the Mem0 section gives the cost per call. That wrapper is
+  the next place to look for savings. With a hosted embedder or LLM extraction (tens to hundreds
+  of milliseconds per call) the ratio is far below 5%.
 - **Collector-down p99.** Nothing on the request path waits for the exporter: p50 and p90 are
   equal up and down, the request thread's CPU per request is within a few percent (the queue-full
   path costs about 1 us more per span than queueing), and the fault-tolerance tests show span

@@ -393,9 +393,9 @@ def _collector_section(down: Mapping[str, Any] | None, memory: Mapping[str, Any]
             _table(memory_rows, ("spans made", "RSS growth MB", "span objects alive", "queued")),
             "",
             _para(
-                f"Bounded: {_fmt(memory['bounded'])} (span objects alive stay within the queue plus three",
-                "export batches: the batch being exported, its cleaned copy, and the previous batch until",
-                "it is released). Loss counted by `kaos.telemetry.dropped` (`otel.health`):",
+                f"Bounded: {_fmt(memory['bounded'])} (span objects alive stay within the queue plus the",
+                "batches in flight: the one being exported and its cleaned copies, at most three batches).",
+                "Loss counted by `kaos.telemetry.dropped` (`otel.health`):",
                 f"{_fmt(memory['lost_counted'])} of {spans} spans ({reasons});",
                 f"{_fmt(memory['lost_counted_before_shutdown'])} before shutdown, the rest when the queued",
                 f"spans failed their export during `shutdown` ({_fmt(memory['shutdown_s'])} s).",
@@ -436,6 +436,7 @@ def _mem0_section(result: Mapping[str, Any] | str | None) -> str:
     ]
     span = result.get("memory_span")
     if span:
+        per_call = (result["instrumented_us"] - result["uninstrumented_us"]) / 3
         parts += [
             "",
             _para(
@@ -444,6 +445,8 @@ def _mem0_section(result: Mapping[str, Any] | str | None) -> str:
                 f"metric points costs {_fmt(span['raw_sdk_us'])} us (ratio {_fmt(span['ratio'])}). Three",
                 "such calls on this uninstrumented operation put the floor any instrumentation recording",
                 f"this telemetry pays at {_fmt(span['raw_sdk_floor_ratio'])} (`mem0_raw_sdk_floor_ratio`).",
+                f"Instrumented minus uninstrumented comes to {_fmt(round(per_call, 1))} us per Mem0 call:",
+                "the memory span and its metric points, and the instrumentor's own work around them.",
             ),
         ]
     return "\n".join(parts)
