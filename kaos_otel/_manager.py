@@ -62,6 +62,9 @@ from kaos_otel.exporters import (
 _log = logging.getLogger("kaos_otel")
 TRACER_NAME = "kaos_otel"
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
+LOG_EXPORT_BATCH_SIZE = 128
+"""Log records per export request: at the capped sizes (8 KiB body plus capped exception
+attributes) a batch stays well under the 4 MiB a gRPC receiver or collector accepts."""
 
 
 def build_sampler(name: str, arg: str | None) -> Sampler:
@@ -275,7 +278,7 @@ class KaosOtelManager(AgentTelemetry):
                 CountingLogExporter(otlp_log_exporter(settings), self.health),
                 schedule_delay_millis=settings.log_schedule_delay_ms,
                 max_queue_size=settings.log_max_queue_size,
-                max_export_batch_size=min(512, settings.log_max_queue_size),
+                max_export_batch_size=min(LOG_EXPORT_BATCH_SIZE, settings.log_max_queue_size),
             )
             log_processor = CountingLogRecordProcessor(batch, policy, self.health)
             self._counting.append(log_processor)

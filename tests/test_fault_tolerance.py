@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from kaos_otel import ContentPolicy, KaosOtelManager, SpanHandle, catalog, run_in_executor_in_context
+from kaos_otel._logs import KaosLoggingHandler
 from kaos_otel.exporters import SanitizingSpanExporter, TelemetryHealth
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
 
@@ -334,6 +335,32 @@ def test_huge_and_unserialisable_values_are_capped_and_the_batch_arrives(
             assert name in odd, name
             assert isinstance(odd[name], str), (name, odd[name])  # stringified (JSON or str)
     assert "unprintable" in odd["test.unprintable"].lower()
+
+
+def test_a_burst_of_huge_log_records_is_not_rejected(otlp_receiver: OtlpReceiver) -> None:
+    """Capped log records go out in batches a gRPC server accepts (none over its 4 MiB limit)."""
+    otel = KaosOtelManager(
+        "fault-tolerance",
+        endpoint=otlp_receiver.grpc_endpoint,
+        environ={"OTEL_BLRP_SCHEDULE_DELAY": "5000"},
+        global_providers=False,
+        bridge_logging=False,
+    )
+    handler = KaosLoggingHandler(otel.logger_provider, otel.content_policy)
+    logger = logging.getLogger("fault_tolerance.huge_logs")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        records = 4 * 2**20 // VALUE_LIMIT + 88
+        for index in range(records):
+            logger.warning("%d %s", index, "y" * (TEN_MB // 10))
+        assert otel.force_flush(timeout=20)
+        assert len(otlp_receiver.logs()) == records, otel.health.snapshot()
+        assert otel.health.dropped() == 0, otel.health.snapshot()
+        assert all(len(str(log.body)) <= VALUE_LIMIT for log in otlp_receiver.logs())
+    finally:
+        logger.removeHandler(handler)
+        otel.shutdown(timeout=2)
 
 
 # --- ten thousand spans at once ------------------------------------------------------------------
