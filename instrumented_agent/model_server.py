@@ -39,7 +39,7 @@ from instrumented_agent.openai_api import (
     error_body,
     new_completion_id,
 )
-from instrumented_agent.serving import FASTAPI_TELEMETRY_OFF
+from kaos_otel.instrumentation.asgi import FASTAPI_NATIVE_TELEMETRY_OFF
 
 __all__ = ["ScriptedModelError", "create_model_app", "scripted_reply"]
 
@@ -154,7 +154,7 @@ def _usage(request: ChatRequest, reply: ChatMessage) -> Usage:
 
 def create_model_app(latency_s: float = 0.0) -> FastAPI:
     """The scripted model as a FastAPI app (``POST /v1/chat/completions``, ``GET /health``)."""
-    app = FastAPI(title="kaos scripted model", telemetry=FASTAPI_TELEMETRY_OFF)
+    app = FastAPI(title="kaos scripted model", telemetry=FASTAPI_NATIVE_TELEMETRY_OFF)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -47,9 +47,8 @@ from instrumented_agent.openai_api import (
     sse,
     usage_chunk,
 )
-from instrumented_agent.serving import FASTAPI_TELEMETRY_OFF
 from kaos_otel import KaosOtelManager, MemoryScope
-from kaos_otel.instrumentation.asgi import TraceContextMiddleware
+from kaos_otel.instrumentation.asgi import FASTAPI_NATIVE_TELEMETRY_OFF, TraceContextMiddleware
 from kaos_otel.propagation import async_inject_request_hook
 
 __all__ = ["CONVERSATION_ID_HEADER", "TRACE_ID_HEADER", "create_agent_app"]
@@ -224,7 +223,9 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
                 if memory is not None:
                     await memory.aclose()
 
-    app = FastAPI(title=f"kaos agent {config.name}", lifespan=lifespan, telemetry=FASTAPI_TELEMETRY_OFF)
+    app = FastAPI(
+        title=f"kaos agent {config.name}", lifespan=lifespan, telemetry=FASTAPI_NATIVE_TELEMETRY_OFF
+    )
     app.add_middleware(TraceContextMiddleware, otel=otel)
 
     @app.get("/health")

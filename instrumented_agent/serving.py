@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 import socket
+import sys
 from types import FrameType
 from typing import Any
 
 import uvicorn
-from fastapi.telemetry import TelemetryConfig
 
-__all__ = ["FASTAPI_TELEMETRY_OFF", "serve"]
+from instrumented_agent.supervisor import ENV_SUPERVISOR_PID
 
-FASTAPI_TELEMETRY_OFF: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
-"""FastAPI's own OpenTelemetry support off: kaos_otel's middleware makes the one SERVER span, and
-FastAPI's would be a second, sibling server span (its error logs also carry exception messages)."""
+__all__ = ["serve"]
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_supervisor() -> None:
+    """On Linux, get SIGTERM when the supervising process dies, even if it is killed outright."""
+    supervisor = os.environ.get(ENV_SUPERVISOR_PID)
+    if supervisor is None or sys.platform != "linux":
+        return
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != supervisor:  # it died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, fd: int | None = None) -> None:
@@ -42,6 +56,7 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, fd: int | None = 
     # found: with the default one the process would die before the caller's telemetry flush. This
     # handler also covers a signal that arrives before uvicorn has started.
     previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
+    _stop_with_supervisor()
     try:
         server.run(sockets=[sock])
     finally:

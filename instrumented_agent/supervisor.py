@@ -27,6 +27,8 @@ import httpx
 
 __all__ = ["RunningService", "ServiceSpec", "StartupError", "Supervisor"]
 
+ENV_SUPERVISOR_PID = "KAOS_SUPERVISOR_PID"
+"""Set in every child's environment: the supervisor's pid, whose death stops the child too."""
 _POLL_S = 0.05
 _PROBE_TIMEOUT_S = 0.25
 _LOG_TAIL_LINES = 20
@@ -82,7 +84,7 @@ class Supervisor:
         self, workdir: Path, env: Mapping[str, str] | None = None, startup_timeout_s: float = 30.0
     ) -> None:
         self.workdir = workdir
-        self._env = dict(os.environ if env is None else env)
+        self._env = {**(os.environ if env is None else env), ENV_SUPERVISOR_PID: str(os.getpid())}
         self._startup_timeout_s = startup_timeout_s
         self.services: dict[str, RunningService] = {}
 

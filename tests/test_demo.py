@@ -153,3 +153,29 @@ def test_demo_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     assert demo.returncode == 130
     assert "interrupted" in err
     assert _marked_processes(marker) == []
+
+
+def test_services_stop_when_the_demo_is_killed_outright(tmp_path: Path) -> None:
+    """SIGKILL gives the demo no chance to clean up: the services stop on their own (Linux)."""
+    marker = uuid.uuid4().hex
+    demo = subprocess.Popen(
+        [*DEMO, "--workdir", str(tmp_path)],
+        env=_env(marker),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(_marked_processes(marker)) < 7 and time.monotonic() < deadline:  # demo + 6 services
+            time.sleep(0.05)
+        assert len(_marked_processes(marker)) >= 7
+        demo.kill()
+        demo.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while _marked_processes(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        survivors = _marked_processes(marker)
+    finally:
+        for pid in _marked_processes(marker):  # never leave one behind, even when the test fails
+            os.kill(pid, signal.SIGKILL)
+    assert survivors == []

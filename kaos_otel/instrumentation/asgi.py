@@ -7,7 +7,7 @@ its child, and it stays open until the last chunk of a streaming response has be
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind
 
@@ -18,6 +18,9 @@ from kaos_otel._telemetry import AgentTelemetry
 from kaos_otel.catalog import Outcome
 from kaos_otel.propagation import extract_incoming
 
+if TYPE_CHECKING:  # FastAPI >= 0.16x only; no runtime import
+    from fastapi.telemetry import TelemetryConfig
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -25,7 +28,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-FASTAPI_NATIVE_TELEMETRY_OFF: dict[str, bool] = {"tracing": False, "metrics": False, "logs": False}
+FASTAPI_NATIVE_TELEMETRY_OFF: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 """``FastAPI(telemetry=...)`` value that leaves server spans, metrics and logs to this middleware.
 
 FastAPI (0.16x) ships its own OpenTelemetry around the whole application: with it on, every
