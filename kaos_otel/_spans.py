@@ -238,15 +238,10 @@ class SpanFactory:
         *,
         kind: SpanKind = SpanKind.INTERNAL,
         attributes: Mapping[str, object] | None = None,
-        links: Sequence[Link] | None = None,
-        parent: Context | None = None,
-        on_end: EndCallback | None = None,
-        handle_type: type[SpanHandle] = SpanHandle,
-        previous: Context | None = None,
     ) -> SpanHandle:
-        """Start a span without making it current (``parent`` defaults to the current context)."""
-        parent_context = live_context(otel_context.get_current() if parent is None else parent)
-        return self._start(name, kind, attributes, links, parent_context, on_end, handle_type, previous)
+        """Start a span under the current context without making it current."""
+        parent_context = live_context(otel_context.get_current())
+        return self._start(name, kind, attributes, None, parent_context, None, SpanHandle, None)
 
     def _start(
         self,
