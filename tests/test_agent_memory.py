@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from net_support import free_port
 
 from instrumented_agent.config import MEMORY_SCOPE_HEADER, SESSION_ID_HEADER, USER_ID_HEADER
 from instrumented_agent.memory import (
@@ -52,11 +52,6 @@ _METRIC_LABELS = {
 
 
 # --- a private PostgreSQL cluster ----------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 class PostgresCluster:
@@ -74,7 +69,7 @@ class PostgresCluster:
         self.root = Path(tempfile.mkdtemp(prefix="kaos-pg-"))
         shutil.chown(self.root, "postgres", "postgres")
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
         self._as_postgres(
             "initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"
@@ -373,7 +368,7 @@ def test_agents_remember_over_http_and_survive_a_memory_outage(
     module_receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
     env = otlp_env(module_receiver.grpc_endpoint, export_delay_ms=200)
-    closed = f"postgresql+psycopg://postgres@127.0.0.1:{_free_port()}/nothing"
+    closed = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing"
     memory = ["--memory-url", f"sqlite:///{tmp_path / 'memory.db'}", "--memory-window-tokens", "60"]
     with Supervisor(tmp_path, env=env) as supervisor:
         model = supervisor.spawn(ServiceSpec("model", ["model"]))

@@ -14,7 +14,6 @@ import importlib.metadata
 import json
 import logging
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from net_support import free_port
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import SpanKind
 
@@ -63,14 +63,6 @@ def collector_binary() -> Path:
             pytrace=False,
         )
     return path
-
-
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def host_port(url: str) -> str:

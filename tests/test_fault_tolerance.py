@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from net_support import free_port
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -31,13 +32,6 @@ MakeManager = Callable[..., KaosOtelManager]
 SPANS_PER_REQUEST = 6
 TEN_MB = 10 * 2**20
 VALUE_LIMIT = 8192
-
-
-def free_port() -> int:
-    """A loopback port free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from net_support import free_port
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
@@ -54,13 +54,6 @@ def series_names(spec: MetricSpec) -> set[str]:
     if spec.instrument == "histogram":
         return {f"{spec.prometheus}_{suffix}" for suffix in ("bucket", "count", "sum")}
     return {spec.prometheus}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def get_json(url: str) -> Any:
