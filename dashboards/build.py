@@ -63,15 +63,17 @@ class Quantiles:
     metric: str
     quantiles: tuple[str, ...]
     by: tuple[str, ...] = ()
+    where: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
 class Percent:
-    """``100 * rate(metric{where}) / rate(metric)``, grouped by ``by``."""
+    """``100 * rate(metric{where, within}) / rate(metric{within})``, grouped by ``by``; 0 with no match."""
 
     metric: str
     where: tuple[tuple[str, tuple[str, ...]], ...]
     by: tuple[str, ...] = ()
+    within: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 Query = Rate | Increase | Quantiles | Percent
@@ -151,6 +153,8 @@ O = c.KAOS_OUTCOME  # noqa: E741 (a name, not a number)
 MODEL = c.GEN_AI_REQUEST_MODEL
 TIER = c.KAOS_MEMORY_TIER
 ERROR = ((O, ("error",)),)
+USER = ((c.KAOS_REQUEST_ORIGIN, (c.RequestOrigin.USER.value,)),)
+"""User requests only: headline panels count each user request once, not every delegated run."""
 FAILED_MEMORY = ((O, ("error", "degraded")),)
 
 
@@ -167,24 +171,24 @@ SECTIONS: tuple[Section, ...] = (
         (
             _panel(
                 "Requests",
-                "Agent requests in the selected time range.",
-                Increase(c.KAOS_REQUESTS),
+                "User requests in the selected time range (delegated and autonomous runs not counted).",
+                Increase(c.KAOS_REQUESTS, where=USER),
                 kind="stat",
                 width=4,
                 height=4,
             ),
             _panel(
                 "Request error %",
-                "Share of agent requests that ended with outcome=error.",
-                Percent(c.KAOS_REQUESTS, ERROR),
+                "Share of user requests that ended with outcome=error (0 when none failed).",
+                Percent(c.KAOS_REQUESTS, ERROR, within=USER),
                 kind="stat",
                 width=4,
                 height=4,
             ),
             _panel(
                 "Request latency p95",
-                "95th percentile of agent request duration (seconds).",
-                Quantiles(c.KAOS_REQUEST_DURATION, ("p95",)),
+                "95th percentile of user request duration (seconds).",
+                Quantiles(c.KAOS_REQUEST_DURATION, ("p95",), where=USER),
                 kind="stat",
                 width=4,
                 height=4,
@@ -342,6 +346,15 @@ def _prom_bucket(name: str) -> str:
     return c.METRICS_BY_NAME[name].prometheus + "_bucket"
 
 
+def zero_filled_ratio(part: str, whole: str, scale: str = "") -> str:
+    """``part / whole`` that is 0, not empty, for the groups of ``whole`` that ``part`` lacks.
+
+    ``part`` has no series at all while nothing failed, and a plain division would then show
+    "No data" where the truth is 0 %.
+    """
+    return f"{scale}(\n  {part}\n  or 0 * {whole}\n)\n/ {whole}"
+
+
 ALERTS: tuple[Alert, ...] = (
     Alert(
         name="KaosRequestLatencyP95High",
@@ -375,9 +388,9 @@ ALERTS: tuple[Alert, ...] = (
         query=Percent(c.KAOS_REQUESTS, ERROR, (A,)),
         threshold=5.0,
         unit="percent",
-        promql=(
-            f'sum by (job, {_p(A)}) (rate({_prom(c.KAOS_REQUESTS)}{{{_p(O)}="error"}}[5m]))\n'
-            f"/\nsum by (job, {_p(A)}) (rate({_prom(c.KAOS_REQUESTS)}[5m]))"
+        promql=zero_filled_ratio(
+            f'sum by (job, {_p(A)}) (rate({_prom(c.KAOS_REQUESTS)}{{{_p(O)}="error"}}[5m]))',
+            f"sum by (job, {_p(A)}) (rate({_prom(c.KAOS_REQUESTS)}[5m]))",
         ),
         for_="10m",
         signoz_eval_window="10m",
@@ -395,10 +408,10 @@ ALERTS: tuple[Alert, ...] = (
         query=Percent(c.KAOS_MODEL_CALLS, ERROR, (A, MODEL)),
         threshold=1.0,
         unit="percent",
-        promql=(
+        promql=zero_filled_ratio(
             f"sum by (job, {_p(A)}, {_p(MODEL)}) "
-            f'(rate({_prom(c.KAOS_MODEL_CALLS)}{{{_p(O)}="error"}}[5m]))\n'
-            f"/\nsum by (job, {_p(A)}, {_p(MODEL)}) (rate({_prom(c.KAOS_MODEL_CALLS)}[5m]))"
+            f'(rate({_prom(c.KAOS_MODEL_CALLS)}{{{_p(O)}="error"}}[5m]))',
+            f"sum by (job, {_p(A)}, {_p(MODEL)}) (rate({_prom(c.KAOS_MODEL_CALLS)}[5m]))",
         ),
         for_="10m",
         signoz_eval_window="10m",
@@ -437,10 +450,10 @@ ALERTS: tuple[Alert, ...] = (
         query=Percent(c.KAOS_MEMORY_OPERATIONS, FAILED_MEMORY, (TIER,)),
         threshold=5.0,
         unit="percent",
-        promql=(
+        promql=zero_filled_ratio(
             f"sum by (job, {_p(TIER)}) "
-            f'(rate({_prom(c.KAOS_MEMORY_OPERATIONS)}{{{_p(O)}=~"error|degraded"}}[5m]))\n'
-            f"/\nsum by (job, {_p(TIER)}) (rate({_prom(c.KAOS_MEMORY_OPERATIONS)}[5m]))"
+            f'(rate({_prom(c.KAOS_MEMORY_OPERATIONS)}{{{_p(O)}=~"error|degraded"}}[5m]))',
+            f"sum by (job, {_p(TIER)}) (rate({_prom(c.KAOS_MEMORY_OPERATIONS)}[5m]))",
         ),
         for_="10m",
         signoz_eval_window="10m",
@@ -617,7 +630,7 @@ def signoz_queries(
                     space_aggregation=q,
                     reduce_to=reduce_to,
                     by=by,
-                    filter_expression=_signoz_filter(query.metric, (), variables),
+                    filter_expression=_signoz_filter(query.metric, query.where, variables),
                     legend=_legend(by, q) if len(query.quantiles) > 1 or by else q,
                 ),
             }
@@ -639,14 +652,17 @@ def signoz_queries(
                 "spec": _builder(
                     "A",
                     metric,
-                    filter_expression=_signoz_filter(query.metric, query.where, variables),
+                    filter_expression=_signoz_filter(query.metric, (*query.within, *query.where), variables),
                     **common,
                 ),
             },
             {
                 "type": "builder_query",
                 "spec": _builder(
-                    "B", metric, filter_expression=_signoz_filter(query.metric, (), variables), **common
+                    "B",
+                    metric,
+                    filter_expression=_signoz_filter(query.metric, query.within, variables),
+                    **common,
                 ),
             },
             {"type": "builder_formula", "spec": _formula("F1", "A / B * 100", _legend(by) or "%")},
@@ -924,7 +940,7 @@ def grafana_targets(query: Query, *, stat: bool) -> list[JsonObj]:
     if isinstance(query, Quantiles):
         targets = []
         for i, q in enumerate(query.quantiles):
-            series = _prom_selector(query.metric, (), spec.prometheus + "_bucket")
+            series = _prom_selector(query.metric, query.where, spec.prometheus + "_bucket")
             expr = (
                 f"histogram_quantile({int(q[1:]) / 100:g}, sum{_by(query.by, ('le',))} "
                 f"(rate({series}[{window}])))"
@@ -935,12 +951,10 @@ def grafana_targets(query: Query, *, stat: bool) -> list[JsonObj]:
         return targets
     if isinstance(query, Percent):
         func = "increase" if stat else "rate"
-        part = _prom_selector(query.metric, query.where, spec.prometheus)
-        whole = _prom_selector(query.metric, (), spec.prometheus)
-        expr = (
-            f"100 * sum{_by(query.by)} ({func}({part}[{window}]))\n"
-            f"/ sum{_by(query.by)} ({func}({whole}[{window}]))"
-        )
+        part = _prom_selector(query.metric, (*query.within, *query.where), spec.prometheus)
+        within = _prom_selector(query.metric, query.within, spec.prometheus)
+        whole = f"sum{_by(query.by)} ({func}({within}[{window}]))"
+        expr = zero_filled_ratio(f"sum{_by(query.by)} ({func}({part}[{window}]))", whole, "100 * ")
         return [{"expr": expr, "legendFormat": legend or "%", "refId": "A"}]
     if isinstance(query, Rate):
         name = spec.prometheus.removesuffix("_total") + f"_{query.part}" if query.part else spec.prometheus

@@ -18,7 +18,13 @@ from typing import Any
 
 import httpx
 
-from instrumented_agent.config import DELEGATE_TOOL, SESSION_ID_HEADER, USER_ID_HEADER, AgentConfig
+from instrumented_agent.config import (
+    DELEGATE_TOOL,
+    DELEGATED_BY_HEADER,
+    SESSION_ID_HEADER,
+    USER_ID_HEADER,
+    AgentConfig,
+)
 from instrumented_agent.errors import (
     BudgetExceededError,
     DelegationError,
@@ -29,7 +35,7 @@ from instrumented_agent.mcp_client import McpToolbox
 from instrumented_agent.memory import MemoryService, Turn, new_session_id
 from instrumented_agent.model_client import DeltaSink, ModelClient
 from instrumented_agent.openai_api import ChatMessage, Completion, ToolCall, Usage, function_tool
-from kaos_otel import AgentRun, KaosOtelManager, MemoryScope, Outcome
+from kaos_otel import AgentRun, KaosOtelManager, MemoryScope, Outcome, RequestOrigin
 
 __all__ = ["Agent", "Identity", "RunResult"]
 
@@ -127,8 +133,12 @@ class Agent:
         conversation_id: str | None = None,
         on_delta: DeltaSink | None = None,
         memory_scope: MemoryScope = MemoryScope.SESSION,
+        delegated: bool = False,
     ) -> RunResult:
         """Run the loop for ``messages`` on behalf of ``identity``; raises :class:`AgentError` on failure.
+
+        ``delegated`` says another agent asked for this run (its metrics then count it apart from
+        user requests; self-initiated runs are counted as autonomous).
 
         With memory on, the run recalls at ``memory_scope`` before its first model call and
         appends the last user message and the answer to the session after a successful answer.
@@ -143,6 +153,7 @@ class Agent:
             session_id=identity.session_id if self.memory else None,
             user_id=identity.user_id,
             max_steps=config.max_steps,
+            origin=_origin(identity, delegated),
         )
         with run:
             _log.info("run started (%d messages, self-initiated=%s)", len(messages), identity.self_initiated)
@@ -256,7 +267,7 @@ class Agent:
                 known = ", ".join(sorted(self.config.sub_agents)) or "none"
                 raise UnknownAgentError(f"unknown agent {target!r} (sub-agents: {known})")
             _log.info("delegating to %s", target)
-            headers = {SESSION_ID_HEADER: identity.session_id}
+            headers = {SESSION_ID_HEADER: identity.session_id, DELEGATED_BY_HEADER: self.name}
             if identity.user_id:
                 headers[USER_ID_HEADER] = identity.user_id
             body = {"model": target, "messages": [{"role": "user", "content": task}]}
@@ -277,6 +288,13 @@ class Agent:
                 raise DelegationError(
                     f"{target} answered HTTP {response.status_code} with a malformed body"
                 ) from exc
+
+
+def _origin(identity: Identity, delegated: bool) -> RequestOrigin:
+    """Who asked for a run: the agent itself, another agent, or a user."""
+    if identity.self_initiated:
+        return RequestOrigin.AUTONOMOUS
+    return RequestOrigin.DELEGATED if delegated else RequestOrigin.USER
 
 
 def _budget_result(text: str, steps: int, usage: Usage, on_delta: DeltaSink | None) -> RunResult:

@@ -14,6 +14,7 @@ from typing import TypeVar
 from kaos_otel import MemoryScope
 
 __all__ = [
+    "DELEGATED_BY_HEADER",
     "DELEGATE_TOOL",
     "ENV_AUTONOMOUS_GOAL",
     "ENV_AUTONOMOUS_INTERVAL_S",
@@ -68,6 +69,9 @@ USER_ID_HEADER = "x-kaos-user-id"
 
 SESSION_ID_HEADER = "x-kaos-session-id"
 """Header naming the conversation session (memory's session scope); generated when absent."""
+
+DELEGATED_BY_HEADER = "x-kaos-delegated-by"
+"""Header an agent sets on a delegation (its own name): the run is counted as ``delegated``."""
 
 MEMORY_SCOPE_HEADER = "x-kaos-memory-scope"
 """Header choosing the memory read scope of a request (default ``session``, at most the ceiling)."""

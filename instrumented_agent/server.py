@@ -30,7 +30,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from opentelemetry import trace
 
 from instrumented_agent.agent import Agent, Identity, RunResult
-from instrumented_agent.config import MEMORY_SCOPE_HEADER, SESSION_ID_HEADER, USER_ID_HEADER, AgentConfig
+from instrumented_agent.config import (
+    DELEGATED_BY_HEADER,
+    MEMORY_SCOPE_HEADER,
+    SESSION_ID_HEADER,
+    USER_ID_HEADER,
+    AgentConfig,
+)
 from instrumented_agent.errors import AgentError
 from instrumented_agent.mcp_client import McpToolbox
 from instrumented_agent.memory import LongTermMemory, MemoryService, RelationalStore, parse_scope
@@ -99,11 +105,20 @@ class _AgentService:
         self.toolbox = toolbox
 
     async def complete(
-        self, body: ChatRequest, identity: Identity, conversation_id: str | None, scope: MemoryScope
+        self,
+        body: ChatRequest,
+        identity: Identity,
+        conversation_id: str | None,
+        scope: MemoryScope,
+        delegated: bool,
     ) -> JSONResponse:
         try:
             result = await self.agent.run(
-                body.messages, identity, conversation_id=conversation_id, memory_scope=scope
+                body.messages,
+                identity,
+                conversation_id=conversation_id,
+                memory_scope=scope,
+                delegated=delegated,
             )
         except Exception as exc:
             if not isinstance(exc, AgentError):
@@ -119,7 +134,12 @@ class _AgentService:
         return JSONResponse(completion_body(completion), headers=_trace_headers())
 
     async def stream(
-        self, body: ChatRequest, identity: Identity, conversation_id: str | None, scope: MemoryScope
+        self,
+        body: ChatRequest,
+        identity: Identity,
+        conversation_id: str | None,
+        scope: MemoryScope,
+        delegated: bool,
     ) -> JSONResponse | StreamingResponse:
         """Run in a task that feeds a queue; an error before the first chunk is still an HTTP error."""
         queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
@@ -133,6 +153,7 @@ class _AgentService:
                         conversation_id=conversation_id,
                         on_delta=queue.put_nowait,
                         memory_scope=scope,
+                        delegated=delegated,
                     )
                 )
             except Exception as exc:
@@ -247,10 +268,11 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
             return _error_response(exc)
         conversation_id = request.headers.get(CONVERSATION_ID_HEADER) or None
         service = state["service"]
+        delegated = DELEGATED_BY_HEADER in request.headers
         if body.stream:
-            response = await service.stream(body, identity, conversation_id, scope)
+            response = await service.stream(body, identity, conversation_id, scope, delegated)
         else:
-            response = await service.complete(body, identity, conversation_id, scope)
+            response = await service.complete(body, identity, conversation_id, scope, delegated)
         response.headers[SESSION_ID_HEADER] = identity.session_id
         return response
 

@@ -13,7 +13,7 @@ from kaos_otel._metrics import metric_views
 from kaos_otel._spans import SpanHandle
 from kaos_otel._telemetry import AgentRun, AgentTelemetry, MemoryOperation, ModelCall
 from kaos_otel._trace_tree import render_trace_trees
-from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome
+from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.context import run_in_executor_in_context, submit_in_context, wrap_in_context
 from kaos_otel.distro import configure
 
@@ -29,6 +29,7 @@ __all__ = [
     "ModelCall",
     "Outcome",
     "Protocol",
+    "RequestOrigin",
     "SpanHandle",
     "TelemetrySettings",
     "TrustPolicy",

@@ -15,7 +15,7 @@ from opentelemetry.metrics import Counter, Histogram, Meter
 from opentelemetry.sdk.metrics.view import DropAggregation, ExplicitBucketHistogramAggregation, View
 
 from kaos_otel import catalog
-from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome
+from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
 
 METER_NAME = "kaos_otel"
@@ -162,9 +162,15 @@ class KaosMetrics:
     def _agent(self, agent: str) -> str:
         return self.bounds.bound(catalog.GEN_AI_AGENT_NAME, agent)
 
-    def record_request(self, agent: str, outcome: Outcome, duration_s: float, steps: int | None) -> None:
-        """One agent request."""
-        labels = {catalog.GEN_AI_AGENT_NAME: self._agent(agent), catalog.KAOS_OUTCOME: outcome.value}
+    def record_request(
+        self, agent: str, origin: RequestOrigin, outcome: Outcome, duration_s: float, steps: int | None
+    ) -> None:
+        """One agent request (``origin`` tells user requests from delegated and autonomous runs)."""
+        labels = {
+            catalog.GEN_AI_AGENT_NAME: self._agent(agent),
+            catalog.KAOS_REQUEST_ORIGIN: origin.value,
+            catalog.KAOS_OUTCOME: outcome.value,
+        }
         self._requests.add(1, labels)
         self._request_duration.record(duration_s, labels)
         if steps is not None:

@@ -19,7 +19,7 @@ from kaos_otel import catalog
 from kaos_otel._content import ContentPolicy
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
 from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle
-from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome
+from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,11 +28,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 class AgentRun(SpanHandle):
     """An ``invoke_agent`` span; counts the loop steps it contains."""
 
-    __slots__ = ("agent_name", "steps")
+    __slots__ = ("agent_name", "origin", "steps")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.agent_name = ""
+        self.origin = RequestOrigin.USER
         self.steps = 0
 
 
@@ -234,9 +235,14 @@ class AgentTelemetry:
         session_id: str | None = None,
         user_id: str | None = None,
         max_steps: int | None = None,
+        origin: RequestOrigin = RequestOrigin.USER,
         attributes: Mapping[str, object] | None = None,
     ) -> AgentRun:
-        """An agent run (``invoke_agent {agent}``); records requests, duration and steps at the end."""
+        """An agent run (``invoke_agent {agent}``); records requests, duration and steps at the end.
+
+        ``origin`` says who asked for the run (a user, another agent, the agent itself), so that
+        dashboards count each user request once.
+        """
         if not self._enabled:
             return NOOP_AGENT_RUN
         run = self._begin(
@@ -251,18 +257,20 @@ class AgentTelemetry:
                 catalog.SESSION_ID: session_id,
                 catalog.USER_ID: user_id,
                 catalog.KAOS_AGENT_MAX_STEPS: max_steps,
+                catalog.KAOS_REQUEST_ORIGIN: origin.value,
                 **(attributes or {}),
             },
             self._end_agent_run,
         )
         run.agent_name = agent_name
+        run.origin = origin
         return run
 
     def _end_agent_run(self, handle: SpanHandle, duration_s: float) -> None:
         assert isinstance(handle, AgentRun)
         handle.span.set_attribute(catalog.KAOS_AGENT_STEPS, handle.steps)
         self._metrics.record_request(
-            handle.agent_name, handle.outcome or Outcome.SUCCESS, duration_s, handle.steps
+            handle.agent_name, handle.origin, handle.outcome or Outcome.SUCCESS, duration_s, handle.steps
         )
 
     def agent_step(self, run: AgentRun, step: int | None = None) -> SpanHandle:

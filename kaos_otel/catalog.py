@@ -26,6 +26,17 @@ class Outcome(StrEnum):
     DEGRADED = "degraded"
 
 
+class RequestOrigin(StrEnum):
+    """Who asked for an agent run (``kaos.request.origin``): headline panels count ``user`` only."""
+
+    USER = "user"
+    """A request from outside the system (a user or the gateway in front of it)."""
+    DELEGATED = "delegated"
+    """A run another agent of the system delegated (part of some user request)."""
+    AUTONOMOUS = "autonomous"
+    """A run the agent started on its own."""
+
+
 class MemoryTier(StrEnum):
     """The three memory tiers of the seed's design."""
 
@@ -81,6 +92,7 @@ DB_OPERATION_NAME = "db.operation.name"
 DB_COLLECTION_NAME = "db.collection.name"
 # kaos.* (no convention exists)
 KAOS_OUTCOME = "kaos.outcome"
+KAOS_REQUEST_ORIGIN = "kaos.request.origin"
 KAOS_AGENT_STEP = "kaos.agent.step"
 KAOS_AGENT_MAX_STEPS = "kaos.agent.max_steps"
 KAOS_AGENT_STEPS = "kaos.agent.steps"
@@ -158,6 +170,7 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(DB_OPERATION_NAME, "Vector store operation, e.g. search (Mem0 child spans)", "otel"),
     AttributeSpec(DB_COLLECTION_NAME, "Vector store collection (Mem0 child spans)", "otel"),
     AttributeSpec(KAOS_OUTCOME, "success | error | max_steps | canceled | degraded", "kaos"),
+    AttributeSpec(KAOS_REQUEST_ORIGIN, "user | delegated | autonomous: who asked for the run", "kaos"),
     AttributeSpec(KAOS_AGENT_STEP, "Loop step number (1-based)", "kaos"),
     AttributeSpec(KAOS_AGENT_MAX_STEPS, "Step budget of the run", "kaos"),
     AttributeSpec(KAOS_AGENT_STEPS, "Steps the run took", "kaos"),
@@ -369,6 +382,8 @@ def _metric(
 
 _OUTCOMES = len(Outcome)
 _AGENT_OUTCOME = {KAOS_OUTCOME: _OUTCOMES}
+_REQUEST_LABELS = (GEN_AI_AGENT_NAME, KAOS_REQUEST_ORIGIN, KAOS_OUTCOME)
+_REQUEST_FIXED = {KAOS_OUTCOME: _OUTCOMES, KAOS_REQUEST_ORIGIN: len(RequestOrigin)}
 
 GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
 GEN_AI_CLIENT_TOKEN_USAGE = "gen_ai.client.token.usage"
@@ -419,27 +434,27 @@ METRICS: tuple[MetricSpec, ...] = (
         KAOS_REQUESTS,
         "counter",
         "{request}",
-        "Agent requests by outcome",
-        (GEN_AI_AGENT_NAME, KAOS_OUTCOME),
-        fixed_label_values=_AGENT_OUTCOME,
+        "Agent requests by origin and outcome",
+        _REQUEST_LABELS,
+        fixed_label_values=_REQUEST_FIXED,
     ),
     _metric(
         KAOS_REQUEST_DURATION,
         "histogram",
         "s",
         "Agent request duration",
-        (GEN_AI_AGENT_NAME, KAOS_OUTCOME),
+        _REQUEST_LABELS,
         DURATION_BUCKETS_S,
-        fixed_label_values=_AGENT_OUTCOME,
+        fixed_label_values=_REQUEST_FIXED,
     ),
     _metric(
         KAOS_REQUEST_STEPS,
         "histogram",
         "{step}",
         "Loop steps per agent request",
-        (GEN_AI_AGENT_NAME, KAOS_OUTCOME),
+        _REQUEST_LABELS,
         STEP_BUCKETS,
-        fixed_label_values=_AGENT_OUTCOME,
+        fixed_label_values=_REQUEST_FIXED,
     ),
     _metric(
         KAOS_MODEL_CALLS,

@@ -52,6 +52,9 @@ def _run_demo(args: list[str], env: dict[str, str]) -> subprocess.CompletedProce
     return subprocess.run([*DEMO, *args], env=env, capture_output=True, text=True, timeout=90, check=False)
 
 
+O = catalog.KAOS_OUTCOME  # noqa: E741
+
+
 def test_demo_exports_to_the_configured_endpoint(otlp_receiver: OtlpReceiver, tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
     env = _env(marker, OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint)
@@ -78,11 +81,17 @@ def test_demo_exports_to_the_configured_endpoint(otlp_receiver: OtlpReceiver, tm
     assert any(e.name == "exception" for e in ghost.events)
 
     requests = {
-        (p.attributes[catalog.GEN_AI_AGENT_NAME], p.attributes[catalog.KAOS_OUTCOME])
+        tuple(p.attributes[k] for k in (catalog.GEN_AI_AGENT_NAME, catalog.KAOS_REQUEST_ORIGIN, O))
         for p in otlp_receiver.metric_points()
         if p.name == catalog.KAOS_REQUESTS and p.value
     }
-    assert requests >= {("coordinator", "success"), ("coordinator", "error"), ("researcher", "success")}
+    # the user's two requests are the coordinator's; the researcher's run is a delegated one
+    assert requests >= {
+        ("coordinator", "user", "success"),
+        ("coordinator", "user", "error"),
+        ("researcher", "delegated", "success"),
+    }
+    assert not {r for r in requests if r[0] != "coordinator" and r[1] == "user"}
 
 
 def test_demo_prints_trees_and_writes_a_file_kaos_otel_renders(
