@@ -14,7 +14,12 @@ from kaos_otel._spans import SpanHandle
 from kaos_otel._telemetry import AgentRun, AgentTelemetry, MemoryOperation, ModelCall
 from kaos_otel._trace_tree import render_trace_trees
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
-from kaos_otel.context import run_in_executor_in_context, submit_in_context, wrap_in_context
+from kaos_otel.context import (
+    create_background_task,
+    run_in_executor_in_context,
+    submit_in_context,
+    wrap_in_context,
+)
 from kaos_otel.distro import configure
 
 __all__ = [
@@ -35,6 +40,7 @@ __all__ = [
     "TrustPolicy",
     "configure",
     "console_handler",
+    "create_background_task",
     "default_redactor",
     "metric_views",
     "render_trace_trees",

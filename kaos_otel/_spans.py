@@ -220,6 +220,15 @@ def live_context(ctx: Context) -> Context:
     return ctx
 
 
+def pinned_context(ctx: Context) -> Context:
+    """``ctx`` whose current span stays the parent of new spans even after that span has ended.
+
+    For work a request leaves behind (a background task): without the pin, new spans would skip
+    the ended request spans and start detached traces.
+    """
+    return otel_context.set_value(_HANDLE_KEY, None, ctx)
+
+
 class SpanFactory:
     """Creates handle-based spans for one tracer and content policy."""
 

@@ -2,15 +2,21 @@
 
 ``asyncio.create_task`` and ``asyncio.to_thread`` already copy the current context; a thread
 pool's ``submit`` and ``loop.run_in_executor`` do not. These helpers do, for the one call.
+:func:`create_background_task` is for work a request leaves running after it answers: its spans
+stay children of the span current when it was created, even once that span has ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, Future
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
+
+from opentelemetry import context as otel_context
+
+from kaos_otel._spans import pinned_context
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -38,3 +44,10 @@ def wrap_in_context(fn: Callable[P, T]) -> Callable[P, T]:
         return context.run(fn, *args, **kwargs)
 
     return bound
+
+
+def create_background_task(coro: Coroutine[Any, Any, T], *, name: str | None = None) -> asyncio.Task[T]:
+    """``asyncio.create_task`` whose spans are children of the current span, even after it ends."""
+    context = contextvars.copy_context()
+    context.run(otel_context.attach, pinned_context(otel_context.get_current()))
+    return asyncio.create_task(coro, name=name, context=context)

@@ -26,7 +26,15 @@ from typing import TypeVar
 from instrumented_agent.memory.long_term import LongTermMemory
 from instrumented_agent.memory.relational import Compaction, RelationalStore, Summary, Turn
 from instrumented_agent.memory.scopes import Owner, check_read_scope
-from kaos_otel import KaosOtelManager, MemoryOperation, MemoryScope, MemoryTier, Outcome, catalog
+from kaos_otel import (
+    KaosOtelManager,
+    MemoryOperation,
+    MemoryScope,
+    MemoryTier,
+    Outcome,
+    catalog,
+    create_background_task,
+)
 
 __all__ = ["Forgotten", "MemoryService", "Recall", "summarise"]
 
@@ -215,7 +223,7 @@ class MemoryService:
             outcome = Outcome.DEGRADED if stored is None else Outcome.SUCCESS
             self._otel.record_extraction_lag(self.agent, time.perf_counter() - compacted_at, outcome)
 
-        task = asyncio.create_task(extract())
+        task = create_background_task(extract())  # in the request's trace, under its run
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
