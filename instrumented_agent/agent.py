@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +28,7 @@ from instrumented_agent.config import (
 from instrumented_agent.errors import (
     BudgetExceededError,
     DelegationError,
+    DelegationTimeoutError,
     UnknownAgentError,
     UnknownToolError,
 )
@@ -134,11 +135,14 @@ class Agent:
         on_delta: DeltaSink | None = None,
         memory_scope: MemoryScope = MemoryScope.SESSION,
         delegated: bool = False,
+        deliver: Callable[[RunResult], Awaitable[None]] | None = None,
     ) -> RunResult:
         """Run the loop for ``messages`` on behalf of ``identity``; raises :class:`AgentError` on failure.
 
         ``delegated`` says another agent asked for this run (its metrics then count it apart from
-        user requests; self-initiated runs are counted as autonomous).
+        user requests; self-initiated runs are counted as autonomous). ``deliver`` (streaming)
+        hands the result over and waits, inside the run, until the client has it: a client that
+        goes away first cancels the run, which then ends ``canceled``.
 
         With memory on, the run recalls at ``memory_scope`` before its first model call and
         appends the last user message and the answer to the session after a successful answer.
@@ -170,6 +174,8 @@ class Agent:
                 run.set_outcome(result.outcome)
                 _log.warning("run ended without a final answer: %s", result.content)
             _log.info("run finished after %d steps", result.steps)
+            if deliver is not None:
+                await deliver(result)
             return result
 
     async def _recall(
@@ -271,10 +277,16 @@ class Agent:
             if identity.user_id:
                 headers[USER_ID_HEADER] = identity.user_id
             body = {"model": target, "messages": [{"role": "user", "content": task}]}
+            timeout = self.config.delegation_timeout
             try:
                 response = await self._http.post(
-                    f"{url.rstrip('/')}/v1/chat/completions", json=body, headers=headers
+                    f"{url.rstrip('/')}/v1/chat/completions",
+                    json=body,
+                    headers=headers,
+                    timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                 )
+            except httpx.TimeoutException as exc:
+                raise DelegationTimeoutError(f"{target} did not answer within {timeout:g} s") from exc
             except httpx.HTTPError as exc:
                 raise DelegationError(f"{target} unreachable: {type(exc).__name__}") from exc
             try:

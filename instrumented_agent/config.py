@@ -18,6 +18,7 @@ __all__ = [
     "DELEGATE_TOOL",
     "ENV_AUTONOMOUS_GOAL",
     "ENV_AUTONOMOUS_INTERVAL_S",
+    "ENV_DELEGATION_TIMEOUT_S",
     "ENV_INSTRUCTIONS",
     "ENV_MAX_RUNTIME_S",
     "ENV_MAX_STEPS",
@@ -54,6 +55,7 @@ ENV_SUB_AGENTS = "KAOS_SUB_AGENTS"
 ENV_MAX_STEPS = "KAOS_AGENT_MAX_STEPS"
 ENV_MAX_TOOL_CALLS = "KAOS_AGENT_MAX_TOOL_CALLS"
 ENV_MAX_RUNTIME_S = "KAOS_AGENT_MAX_RUNTIME_S"
+ENV_DELEGATION_TIMEOUT_S = "KAOS_AGENT_DELEGATION_TIMEOUT_S"
 ENV_AUTONOMOUS_GOAL = "KAOS_AGENT_AUTONOMOUS_GOAL"
 ENV_AUTONOMOUS_INTERVAL_S = "KAOS_AGENT_AUTONOMOUS_INTERVAL_S"
 ENV_MEMORY_URL = "KAOS_MEMORY_URL"
@@ -100,6 +102,9 @@ class AgentConfig:
     max_steps: int = 8
     max_tool_calls: int = 16
     max_runtime_s: float = 60.0
+    delegation_timeout_s: float | None = None
+    """Per delegation; ``None``: half the runtime budget. Always shorter than the budget, so a
+    frozen sub-agent fails its delegation (an error) before the whole run is stopped."""
     autonomous_goal: str | None = None
     autonomous_interval_s: float = 60.0
     memory_url: str | None = field(default=None, repr=False)
@@ -114,6 +119,8 @@ class AgentConfig:
             raise ConfigError("model base URL is required")
         if self.max_steps < 1 or self.max_tool_calls < 0 or self.max_runtime_s <= 0:
             raise ConfigError("budgets must be positive (max_steps >= 1, max_tool_calls >= 0, runtime > 0)")
+        if self.delegation_timeout_s is not None and not 0 < self.delegation_timeout_s < self.max_runtime_s:
+            raise ConfigError("the delegation timeout must be positive and shorter than the runtime budget")
         if self.autonomous_interval_s <= 0:
             raise ConfigError("autonomous interval must be positive")
         if self.name in self.sub_agents:
@@ -122,6 +129,11 @@ class AgentConfig:
             raise ConfigError("memory window must be at least 1 token")
         if self.memory_max_read_scope is MemoryScope.STORE:
             raise ConfigError("the store memory scope is refused for agents (cluster-admin only)")
+
+    @property
+    def delegation_timeout(self) -> float:
+        """Seconds one delegation may take (the setting, or half the runtime budget)."""
+        return self.delegation_timeout_s if self.delegation_timeout_s is not None else self.max_runtime_s / 2
 
 
 _DEFAULTS = AgentConfig(name="defaults", model_base_url="unset", model_name="unset")
@@ -169,6 +181,12 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tool-calls", type=int, help=f"tool-call budget (env {ENV_MAX_TOOL_CALLS})")
     parser.add_argument(
         "--max-runtime", type=float, help=f"runtime budget in seconds (env {ENV_MAX_RUNTIME_S})"
+    )
+    parser.add_argument(
+        "--delegation-timeout",
+        type=float,
+        help=f"seconds per delegation, below the runtime budget (default: half of it; "
+        f"env {ENV_DELEGATION_TIMEOUT_S})",
     )
     parser.add_argument(
         "--autonomous-goal",
@@ -237,6 +255,9 @@ def agent_config_from_args(args: argparse.Namespace, environ: Mapping[str, str] 
             args.max_tool_calls, environ, ENV_MAX_TOOL_CALLS, int, _DEFAULTS.max_tool_calls
         ),
         max_runtime_s=_setting(args.max_runtime, environ, ENV_MAX_RUNTIME_S, float, _DEFAULTS.max_runtime_s),
+        delegation_timeout_s=_setting(
+            args.delegation_timeout, environ, ENV_DELEGATION_TIMEOUT_S, float, _DEFAULTS.delegation_timeout_s
+        ),
         autonomous_goal=_setting(args.autonomous_goal, environ, ENV_AUTONOMOUS_GOAL, str, "") or None,
         autonomous_interval_s=_setting(
             args.autonomous_interval,

@@ -6,6 +6,7 @@ __all__ = [
     "AgentError",
     "BudgetExceededError",
     "DelegationError",
+    "DelegationTimeoutError",
     "ModelError",
     "ToolError",
     "UnknownAgentError",
@@ -53,6 +54,13 @@ class DelegationError(AgentError):
 
     status_code = 502
     error_type = "delegation_error"
+
+
+class DelegationTimeoutError(DelegationError):
+    """A sub-agent did not answer within the delegation timeout (shorter than the run budget)."""
+
+    status_code = 504
+    error_type = "delegation_timeout"
 
 
 class BudgetExceededError(AgentError):

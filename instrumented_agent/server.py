@@ -143,18 +143,22 @@ class _AgentService:
     ) -> JSONResponse | StreamingResponse:
         """Run in a task that feeds a queue; an error before the first chunk is still an HTTP error."""
         queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
+        delivered = asyncio.Event()
+
+        async def deliver(result: RunResult) -> None:
+            queue.put_nowait(result)
+            await delivered.wait()  # the run ends once the client has the whole answer
 
         async def produce() -> None:
             try:
-                queue.put_nowait(
-                    await self.agent.run(
-                        body.messages,
-                        identity,
-                        conversation_id=conversation_id,
-                        on_delta=queue.put_nowait,
-                        memory_scope=scope,
-                        delegated=delegated,
-                    )
+                await self.agent.run(
+                    body.messages,
+                    identity,
+                    conversation_id=conversation_id,
+                    on_delta=queue.put_nowait,
+                    memory_scope=scope,
+                    delegated=delegated,
+                    deliver=deliver,
                 )
             except Exception as exc:
                 if not isinstance(exc, AgentError):
@@ -172,7 +176,7 @@ class _AgentService:
             return _error_response(first)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            self._events(first, queue, task, include_usage),
+            self._events(first, queue, task, delivered, include_usage),
             media_type="text/event-stream",
             headers=_trace_headers(),
         )
@@ -182,8 +186,10 @@ class _AgentService:
         first: _StreamItem,
         queue: asyncio.Queue[_StreamItem],
         task: asyncio.Task[None],
+        delivered: asyncio.Event,
         include_usage: bool,
     ) -> AsyncIterator[str]:
+        """The SSE events; a client that goes away before the last one cancels the run."""
         cid, model = new_completion_id(), self.agent.name
         item = first
         try:
@@ -201,6 +207,8 @@ class _AgentService:
                     break
                 item = await queue.get()
             yield SSE_DONE
+            delivered.set()
+            await task
         finally:
             if not task.done():
                 task.cancel()

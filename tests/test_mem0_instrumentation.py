@@ -560,9 +560,9 @@ async def test_fifty_concurrent_async_operations_are_parented_correctly(
         ({"memory_id": "m1"}, MemoryScope.STORE, {}),
         ({"user_id": "u"}, MemoryScope.USER, {catalog.USER_ID: "u"}),
         ({"agent_id": "a"}, MemoryScope.AGENT, {AGENT: "a"}),
-        (
+        (  # the agent's memory of one user: the agent scope (narrower than the user's)
             {"agent_id": "a", "user_id": " u "},
-            MemoryScope.USER,
+            MemoryScope.AGENT,
             {catalog.GEN_AI_AGENT_ID: "a", catalog.USER_ID: "u"},
         ),
         (

@@ -23,7 +23,7 @@ from fastapi.responses import StreamingResponse
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
 
-from kaos_otel import KaosOtelManager, run_in_executor_in_context
+from kaos_otel import KaosOtelManager, catalog, run_in_executor_in_context
 from kaos_otel._logs import console_handler
 from kaos_otel.instrumentation.asgi import TraceContextMiddleware
 from kaos_otel.propagation import async_inject_request_hook, inject_headers, inject_request_hook
@@ -474,3 +474,46 @@ def test_console_format_shows_trace_ids(make_otel: MakeOtel) -> None:
     )
     assert inside.endswith("test.propagation.console: inside")
     assert re.search(r"\[trace_id=0 span_id=0\] test\.propagation\.console: outside$", outside)
+
+
+def test_a_stream_the_client_cuts_ends_canceled_on_the_server_span_and_the_run(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, serve: Callable[[FastAPI], str]
+) -> None:
+    otel = make_otel()
+    app = FastAPI()
+    app.add_middleware(TraceContextMiddleware, otel=otel)
+
+    @app.get("/endless")
+    async def endless() -> StreamingResponse:
+        async def body() -> AsyncIterator[str]:
+            async with otel.invoke_agent("streamer"):
+                yield "first\n"
+                await asyncio.Event().wait()  # the rest of the answer never comes
+                yield "never\n"
+
+        return StreamingResponse(body(), media_type="text/plain")
+
+    base = serve(app)
+    with (
+        httpx.Client(timeout=10, trust_env=False) as client,
+        client.stream("GET", f"{base}/endless") as response,
+    ):
+        assert next(response.iter_lines()) == "first"  # then the client goes away
+
+    flush_until(otel, otlp_receiver, lambda r: any(s.kind == "SERVER" for s in r.spans()))
+    (server,) = [s for s in otlp_receiver.spans() if s.kind == "SERVER"]
+    (run,) = named(otlp_receiver, "invoke_agent streamer")
+    assert server.attributes["http.response.status_code"] == 200
+    assert (server.attributes[catalog.KAOS_OUTCOME], server.attributes[catalog.ERROR_TYPE]) == (
+        "canceled",
+        "client_disconnect",
+    )
+    assert server.status_code != "ERROR"
+    assert run.attributes[catalog.KAOS_OUTCOME] == "canceled"
+    assert otlp_receiver.wait_for(
+        lambda r: any(
+            p.name == catalog.KAOS_REQUESTS and p.attributes[catalog.KAOS_OUTCOME] == "canceled"
+            for p in r.metric_points()
+        ),
+        timeout=10,
+    )

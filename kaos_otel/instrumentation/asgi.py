@@ -1,7 +1,8 @@
 """ASGI (FastAPI, Starlette) server spans that continue the caller's trace under a trust policy.
 
 The SERVER span is current while the application runs, so the agent's ``invoke_agent`` span is
-its child, and it stays open until the last chunk of a streaming response has been sent.
+its child, and it stays open until the last chunk of a streaming response has been sent. A
+response the client cut short (it disconnected before the last chunk) ends ``canceled``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ FastAPI (0.16x) ships its own OpenTelemetry around the whole application: with i
 request gets a second server span, the agent span hangs off FastAPI's endpoint span, and its
 error logs carry exception messages regardless of the content policy.
 """
+
+
+_CLIENT_DISCONNECT = "client_disconnect"
+"""``error.type`` of a server span whose client went away before the response was complete."""
 
 
 class TraceContextMiddleware:
@@ -75,19 +80,33 @@ class TraceContextMiddleware:
             )
         handle = self._begin(scope)
         status_code = 0
+        completed = disconnected = False
 
         async def send_with_status(message: Message) -> None:
-            nonlocal status_code
+            nonlocal status_code, completed
             if message["type"] == "http.response.start":
                 status_code = int(message["status"])
                 handle.set_attribute("http.response.status_code", status_code)
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                completed = True
             await send(message)
 
+        async def receive_watching_disconnect() -> Message:
+            nonlocal disconnected
+            message = await receive()
+            if message["type"] == "http.disconnect" and not completed:
+                disconnected = True
+            return message
+
         try:
-            await self.app(scope, receive, send_with_status)
+            await self.app(scope, receive_watching_disconnect, send_with_status)
         except BaseException as exc:
             handle.failure(exc)
             raise
+        if disconnected or not completed:  # the client went away before the whole response
+            handle.set_outcome(Outcome.CANCELED, _CLIENT_DISCONNECT)
+            handle.success()
+            return
         try:
             route = scope.get("route")
             route_path = getattr(route, "path", None)

@@ -29,11 +29,12 @@ Bound = Mapping[str, Any]
 Records = Callable[[Bound, object], list[Any] | None]
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 
-# mem0 id argument -> span attribute and scope; the first id present sets the scope
+# mem0 id argument -> span attribute and scope. The narrowest id present sets the scope actually
+# read: run_id (session) < agent_id (agent; with or without user_id) < user_id (user) < none (store).
 _SCOPE_IDS: tuple[tuple[str, str, MemoryScope], ...] = (
     ("run_id", catalog.SESSION_ID, MemoryScope.SESSION),
-    ("user_id", catalog.USER_ID, MemoryScope.USER),
     ("agent_id", catalog.GEN_AI_AGENT_ID, MemoryScope.AGENT),
+    ("user_id", catalog.USER_ID, MemoryScope.USER),
 )
 
 
