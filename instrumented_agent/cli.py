@@ -72,14 +72,31 @@ def _serve_mcp(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from instrumented_agent.demo import SCENARIOS, run_demo
+    from instrumented_agent.faults import parse_fault
+    from instrumented_agent.live import LiveTraffic
 
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    live = None
+    if args.duration is not None:
+        if args.duration <= 0 or args.rate <= 0:
+            print("kaos-agent demo: error: --duration and --rate must be positive", file=sys.stderr)
+            return 2
+        try:
+            faults = tuple(parse_fault(f, args.duration / 3) for f in args.fault)
+        except ValueError as exc:
+            print(f"kaos-agent demo: error: {exc}", file=sys.stderr)
+            return 2
+        live = LiveTraffic(args.duration, args.rate, faults)
+    elif args.fault:
+        print("kaos-agent demo: error: --fault needs --duration", file=sys.stderr)
+        return 2
     return run_demo(
         names,
         json_mode=args.json,
         workdir=args.workdir,
-        startup_timeout_s=args.startup_timeout,
+        startup_timeout_s=args.startup_timeout if live is None else max(args.startup_timeout, 120.0),
         model_latency_ms=args.latency_ms,
+        live=live,
     )
 
 
@@ -128,6 +145,20 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", type=Path, help="where logs and telemetry go (default .kaos/demo/<time>)")
     demo.add_argument("--startup-timeout", type=float, default=40.0, help="seconds to wait for all services")
     demo.add_argument("--latency-ms", type=float, default=0.0, help="scripted model delay per reply")
+    demo.add_argument(
+        "--duration",
+        type=float,
+        help="live mode: send user requests for this many seconds (metrics exported every 2 s)",
+    )
+    demo.add_argument("--rate", type=float, default=1.0, help="live mode: requests per second (default 1)")
+    demo.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAME[@START[-END]]",
+        help="live mode: switch a fault on START s into the run (default a third in) until END "
+        "(default the end): memory-latency, memory-errors, model-errors, model-latency, subagent-down",
+    )
     demo.set_defaults(handler=_demo)
     return parser
 

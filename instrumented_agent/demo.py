@@ -1,5 +1,9 @@
 """``kaos-agent demo``: run the reference system locally and show its traces and metrics.
 
+``kaos-agent demo --duration SECONDS [--rate RPS] [--fault NAME[@START[-END]]]...`` keeps a steady
+stream of user requests going instead (:mod:`instrumented_agent.live`), exports metrics every 2 s
+and switches the named faults on and off mid-run, so dashboards fill and alerts fire.
+
 Its agents remember (short- and medium-term memory in a SQLite file in the work dir), so the trees
 show memory spans too. Telemetry goes to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when it is set; otherwise
 to a receiver inside the demo that writes OTLP JSON lines to a file (``kaos-otel traces show FILE``
@@ -24,6 +28,8 @@ from typing import Any, TextIO
 import httpx
 
 from instrumented_agent.config import USER_ID_HEADER
+from instrumented_agent.faults import ENV_FAULTS_FILE, FaultSwitch
+from instrumented_agent.live import LiveReport, LiveTraffic, describe, run_live
 from instrumented_agent.server import TRACE_ID_HEADER
 from instrumented_agent.supervisor import StartupError, Supervisor
 from instrumented_agent.system import System, otlp_env, start_system
@@ -149,12 +155,20 @@ def run_demo(
     workdir: Path | None = None,
     startup_timeout_s: float = 40.0,
     model_latency_ms: float = 0.0,
+    live: LiveTraffic | None = None,
 ) -> int:
-    """Start the system, run the scenarios, stop everything and report; returns the exit code."""
+    """Start the system, run the scenarios (or ``live`` traffic), stop everything and report.
+
+    Returns the exit code.
+    """
     out = _Output(json_mode)
     workdir = (workdir or _default_workdir()).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
+    switch = FaultSwitch(workdir / "faults.json")
+    if live is not None:
+        env[ENV_FAULTS_FILE] = str(switch.path)
+        env.setdefault("OTEL_METRIC_EXPORT_INTERVAL", str(LIVE_METRIC_INTERVAL_MS))
     external = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     receiver: OtlpReceiver | None = None
     telemetry_file = workdir / "telemetry.otlp.jsonl"
@@ -162,16 +176,22 @@ def run_demo(
         receiver = OtlpReceiver(json_path=telemetry_file).start()
         env = otlp_env(receiver.grpc_endpoint, env)
     results: list[ScenarioResult] = []
+    report: LiveReport | None = None
     supervisor = Supervisor(workdir, env=env, startup_timeout_s=startup_timeout_s)
     try:
         with _sigterm_as_interrupt(), supervisor:
             out.say(f"Starting the scripted model, 2 MCP servers and 3 agents (logs in {workdir})")
-            system = start_system(
-                supervisor, model_latency_ms=model_latency_ms, agent_args=_memory_args(workdir)
-            )
+            agent_args = _memory_args(workdir) + (_LIVE_AGENT_ARGS if live is not None else [])
+            system = start_system(supervisor, model_latency_ms=model_latency_ms, agent_args=agent_args)
             for service in system.services.values():
                 out.say(f"  {service.name:<15} {service.url}  pid {service.pid}")
-            for name in scenario_names:
+            if live is not None:
+                out.say(
+                    f"\nSending {live.rate_rps:g} requests/s for {live.duration_s:g} s "
+                    f"({describe(live.faults)})"
+                )
+                report = run_live(system.coordinator_url, live, switch, out.say)
+            for name in scenario_names if live is None else ():
                 result = run_scenario(system.coordinator_url, SCENARIOS[name])
                 results.append(result)
                 _report_scenario(out, result)
@@ -190,11 +210,29 @@ def run_demo(
     spans = receiver.spans() if receiver is not None else []
     points = receiver.metric_points() if receiver is not None else []
     summary = _summary(results, spans, points, system, receiver is not None, telemetry_file, external)
+    if report is not None:
+        summary["live"] = report.as_json()
+        summary["ok"] = report.by_status[200] > 0
     if json_mode:
         print(json.dumps(summary, indent=2))
     else:
+        if report is not None:
+            statuses = ", ".join(f"HTTP {k}: {v}" for k, v in sorted(report.by_status.items()))
+            out.say(f"\nLive traffic: {report.sent} requests ({statuses})")
+            out.say(f"A research trace from before the faults: {report.research_trace_id or '?'}")
         _report_telemetry(out, results, spans, points, telemetry_file, external)
-    return EXIT_OK if all(r.ok for r in results) else EXIT_SCENARIO_FAILED
+    return EXIT_OK if summary["ok"] else EXIT_SCENARIO_FAILED
+
+
+LIVE_METRIC_INTERVAL_MS = 2000
+"""Metric export interval of a live demo's services (unless OTEL_METRIC_EXPORT_INTERVAL is set)."""
+_LIVE_AGENT_ARGS = [
+    "--memory-long-term",  # long-term extraction runs (and is traced) in the background
+    "--memory-window-tokens",
+    "200",  # small: windows compact every few turns of a session
+    "--max-runtime",
+    "30",  # delegations time out after 15 s (subagent-down)
+]
 
 
 def _memory_args(workdir: Path) -> list[str]:

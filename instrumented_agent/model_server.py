@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from instrumented_agent.config import DELEGATE_TOOL
+from instrumented_agent.faults import MODEL_LATENCY_S, Fault, FaultSwitch
 from instrumented_agent.openai_api import (
     ChatMessage,
     ChatRequest,
@@ -155,6 +156,7 @@ def _usage(request: ChatRequest, reply: ChatMessage) -> Usage:
 def create_model_app(latency_s: float = 0.0) -> FastAPI:
     """The scripted model as a FastAPI app (``POST /v1/chat/completions``, ``GET /health``)."""
     app = FastAPI(title="kaos scripted model", telemetry=FASTAPI_NATIVE_TELEMETRY_OFF)
+    faults = FaultSwitch.from_env()
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -164,6 +166,12 @@ def create_model_app(latency_s: float = 0.0) -> FastAPI:
     async def chat_completions(request: ChatRequest) -> JSONResponse | StreamingResponse:
         if latency_s > 0:
             await asyncio.sleep(latency_s)
+        active = faults.active() if faults is not None else frozenset()
+        if Fault.MODEL_LATENCY in active:
+            await asyncio.sleep(MODEL_LATENCY_S)
+        if faults is not None and Fault.MODEL_ERRORS in active and faults.one_in(2):
+            body = error_body("model error injected by the demo", "server_error", "injected")
+            return JSONResponse(body, status_code=500)
         try:
             reply = scripted_reply(request)
         except ScriptedModelError as exc:

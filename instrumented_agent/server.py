@@ -38,6 +38,7 @@ from instrumented_agent.config import (
     AgentConfig,
 )
 from instrumented_agent.errors import AgentError
+from instrumented_agent.faults import DOWN_AGENT, Fault, FaultSwitch
 from instrumented_agent.mcp_client import McpToolbox
 from instrumented_agent.memory import LongTermMemory, MemoryService, RelationalStore, parse_scope
 from instrumented_agent.model_client import ModelClient
@@ -219,6 +220,7 @@ class _AgentService:
 def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
     """The agent's FastAPI app; MCP sessions open (and autonomous runs start) with the app."""
     state: dict[str, _AgentService] = {}
+    faults = FaultSwitch.from_env()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -228,7 +230,7 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
             timeout=timeout, trust_env=False, event_hooks={"request": [async_inject_request_hook]}
         ) as http:
             model = ModelClient(config.model_base_url, http, config.model_api_key)
-            memory = _memory_service(config, otel)
+            memory = _memory_service(config, otel, faults)
             if memory is not None:
                 await memory.start()
             agent = Agent(config, otel, model, toolbox, http, memory)
@@ -275,6 +277,9 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
         except AgentError as exc:
             return _error_response(exc)
         conversation_id = request.headers.get(CONVERSATION_ID_HEADER) or None
+        if faults is not None and config.name == DOWN_AGENT:
+            while faults.is_on(Fault.SUBAGENT_DOWN):  # the demo's "subagent-down": no answer
+                await asyncio.sleep(0.2)
         service = state["service"]
         delegated = DELEGATED_BY_HEADER in request.headers
         if body.stream:
@@ -308,7 +313,9 @@ def _identity(request: Request) -> Identity:
     return Identity(user_id=user_id, session_id=session_id) if session_id else Identity(user_id=user_id)
 
 
-def _memory_service(config: AgentConfig, otel: KaosOtelManager) -> MemoryService | None:
+def _memory_service(
+    config: AgentConfig, otel: KaosOtelManager, faults: FaultSwitch | None
+) -> MemoryService | None:
     """The agent's memory when ``memory_url`` is set (long-term facts only when enabled)."""
     if not config.memory_url:
         return None
@@ -320,4 +327,5 @@ def _memory_service(config: AgentConfig, otel: KaosOtelManager) -> MemoryService
         long_term,
         window_tokens=config.memory_window_tokens,
         max_read_scope=config.memory_max_read_scope,
+        faults=faults,
     )

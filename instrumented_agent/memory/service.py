@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
+from instrumented_agent.faults import MEMORY_LATENCY_S, Fault, FaultSwitch, InjectedFaultError
 from instrumented_agent.memory.long_term import LongTermMemory
 from instrumented_agent.memory.relational import Compaction, RelationalStore, Summary, Turn
 from instrumented_agent.memory.scopes import Owner, check_read_scope
@@ -97,6 +98,7 @@ class MemoryService:
         *,
         window_tokens: int = 1024,
         max_read_scope: MemoryScope = MemoryScope.AGENT,
+        faults: FaultSwitch | None = None,
     ) -> None:
         self.agent = agent
         self.max_read_scope = max_read_scope
@@ -105,6 +107,7 @@ class MemoryService:
         self.long_term = long_term
         self._otel = otel
         self._tasks: set[asyncio.Task[None]] = set()
+        self._faults = faults
 
     async def start(self) -> None:
         """Create the tables and load the long-term tier; failures degrade, they do not stop the agent."""
@@ -227,6 +230,10 @@ class MemoryService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _with_faults(self, call: Callable[[], T]) -> Callable[[], T]:
+        """``call``, subject to the demo's memory faults when a fault switch is set."""
+        return call if self._faults is None else partial(_injected, self._faults, call)
+
     def _operation(
         self, tier: MemoryTier, operation: str, scope: MemoryScope, owner: Owner
     ) -> MemoryOperation:
@@ -240,17 +247,28 @@ class MemoryService:
             attributes={catalog.SESSION_ID: owner.session_id, catalog.USER_ID: owner.user_id},
         )
 
-    @staticmethod
-    async def _in_thread(what: str, op: MemoryOperation | None, fallback: T, call: Callable[[], T]) -> T:
+    async def _in_thread(
+        self, what: str, op: MemoryOperation | None, fallback: T, call: Callable[[], T]
+    ) -> T:
         """Run a backend call in a thread; on failure degrade ``op`` (if any), log, return ``fallback``."""
         try:
-            return await asyncio.to_thread(call)
+            return await asyncio.to_thread(self._with_faults(call))
         except Exception as exc:
             _log.warning("memory %s degraded: %s", what, type(exc).__name__)
             if op is not None:
                 op.record_exception(exc)
                 op.set_outcome(Outcome.DEGRADED, type(exc).__name__)
             return fallback
+
+
+def _injected(faults: FaultSwitch, call: Callable[[], T]) -> T:
+    """``call()`` slowed or failed by the demo's memory faults, one backend call in two."""
+    active = faults.active()
+    if Fault.MEMORY_LATENCY in active and faults.one_in(2):
+        time.sleep(MEMORY_LATENCY_S)
+    if Fault.MEMORY_ERRORS in active and faults.one_in(2):
+        raise InjectedFaultError("memory backend unavailable (injected by the demo)")
+    return call()
 
 
 def _returning_true(call: Callable[[], object]) -> Callable[[], bool]:
