@@ -15,7 +15,8 @@ COPY pyproject.toml README.md ./
 COPY kaos_otel ./kaos_otel
 COPY instrumented_agent ./instrumented_agent
 RUN pip install . \
-    && useradd --system --uid 10001 --no-create-home kaos
+    && useradd --system --uid 10001 --no-create-home kaos \
+    && mkdir -p /var/lib/kaos && chown 10001 /var/lib/kaos
 
 USER 10001
 # agent 8000, scripted model 8100, MCP servers 8200 (the CLI's default ports)

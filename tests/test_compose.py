@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from instrumented_agent import cli
 from instrumented_agent.config import agent_config_from_args
@@ -145,8 +146,15 @@ def test_mounted_files_exist_in_the_repo(model: dict[str, Any]) -> None:
             context = Path(build["context"])
             assert (context / build.get("dockerfile", "Dockerfile")).is_file(), f"{name}: no Dockerfile"
     collector = all_services["collector"]
-    (config_mount,) = [v for v in collector["volumes"] if v["source"].endswith("otelcol-config.yaml")]
+    (config_mount,) = [v for v in collector["volumes"] if v.get("source", "").endswith("otelcol-config.yaml")]
     assert f"--config={config_mount['target']}" in collector["command"]
+    # the file exporter writes into a mounted, writable path
+    export_dir = str(Path(collector["environment"]["FILE_EXPORT_PATH"]).parent)
+    assert [v["type"] for v in collector["volumes"] if v["target"] == export_dir] == ["tmpfs"]
+    for agent in AGENTS:  # memory on, on the shared volume
+        memory_url = all_services[agent]["environment"]["KAOS_MEMORY_URL"]
+        (memory_volume,) = [v for v in all_services[agent]["volumes"] if v["type"] == "volume"]
+        assert memory_url.startswith(f"sqlite:///{memory_volume['target']}/")
     jaeger = all_services["jaeger"]
     (jaeger_mount,) = [v for v in jaeger["volumes"] if v["source"].endswith("jaeger-config.yaml")]
     assert jaeger["command"][jaeger["command"].index("--config") + 1] == jaeger_mount["target"]
@@ -243,3 +251,10 @@ def test_collector_ports_and_shell_free_healthchecks(model: dict[str, Any]) -> N
             assert test[0] == "CMD" and test[1] not in ("sh", "/bin/sh", "wget", "curl"), (name, test)
         if test:
             assert test[0] != "CMD-SHELL", f"{name}: use the exec form (CMD), not CMD-SHELL"
+
+
+def test_signoz_overlay_joins_the_network_signoz_creates() -> None:
+    """SigNoz's own compose file names its network ``signoz-net``."""
+    overlay = yaml.safe_load(SIGNOZ_OVERLAY.read_text())
+    assert overlay["networks"]["signoz"] == {"name": "signoz-net", "external": True}
+    assert "signoz" in overlay["services"]["collector"]["networks"]
