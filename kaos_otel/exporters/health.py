@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, get_args
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
@@ -40,8 +40,13 @@ class TelemetryHealth:
             return dict(self._counts)
 
     def observe(self, _options: CallbackOptions) -> Iterable[Observation]:
-        """Observable-counter callback."""
+        """Observable-counter callback: every (signal, reason), 0 included, so "nothing lost" shows."""
+        counts = self.snapshot()
         return [
-            Observation(count, {catalog.KAOS_TELEMETRY_SIGNAL: signal, catalog.KAOS_TELEMETRY_REASON: reason})
-            for (signal, reason), count in self.snapshot().items()
+            Observation(
+                counts.get((signal, reason), 0),
+                {catalog.KAOS_TELEMETRY_SIGNAL: signal, catalog.KAOS_TELEMETRY_REASON: reason},
+            )
+            for signal in get_args(Signal)
+            for reason in get_args(DropReason)
         ]
