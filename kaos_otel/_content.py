@@ -1,5 +1,7 @@
 """Content safety: what may be recorded, secret redaction and size caps.
 
+What counts as a secret lives in :mod:`kaos_otel._secrets`.
+
 Content (prompts, responses, tool arguments, memory text, exception messages) is only recorded
 when capture is on. Redaction and the size cap apply to every string the pipeline exports,
 whether or not content capture is on; they run in the export path, off the request's thread.
@@ -10,54 +12,18 @@ from __future__ import annotations
 import json
 import re
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel._config import ContentCapture
+from kaos_otel._secrets import REDACTED, SECRET_KEY_NAME, Redactor, default_redactor
 
-REDACTED = "[REDACTED]"
+__all__ = ["REDACTED", "ContentPolicy", "Redactor", "default_redactor"]
 
-DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
-    # provider API keys: OpenAI/Anthropic style sk-..., Google AIza..., GitHub tokens, Slack tokens
-    re.compile(r"\b(?:sk|rk|pk)-(?:[A-Za-z0-9_-]{2,}-)?[A-Za-z0-9_-]{16,}"),
-    re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
-    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-    # bearer / basic credentials in headers
-    re.compile(r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),
-    # key=value / "key": "value" pairs whose key names a secret
-    re.compile(
-        r"(?i)(?P<key>[\"']?\b[\w.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|"
-        r"authorization|credential)[\w.-]*[\"']?\s*[:=]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&}]+)"
-    ),
-)
-
-_SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|api[_-]?key|apikey|authorization|credential)")
-# A necessary condition for any pattern above to match, searched in the case-folded text:
-# without IGNORECASE the regex engine scans several times faster (this runs on every exported
-# string, on the export thread).
-_QUICK_CHECK = re.compile(
-    r"sk-|rk-|pk-|aiza|gh[pousr]_|xox|akia|bearer|basic|pass|pwd|secret|token|key|auth|credential"
-)
-
-Redactor = Callable[[str], str]
 REDACTION_MARGIN = 256
 """Characters past the size cap still scanned, so that a secret the cap cuts through is masked."""
-
-
-def default_redactor(text: str) -> str:
-    """Mask API keys, bearer tokens and passwords in ``text``."""
-    if not _QUICK_CHECK.search(text.casefold()):
-        return text
-    for pattern in DEFAULT_SECRET_PATTERNS:
-        if "value" in pattern.groupindex:
-            text = pattern.sub(lambda match: match.group("key") + REDACTED, text)
-        else:
-            text = pattern.sub(REDACTED, text)
-    return text
 
 
 def cap_text(text: str, limit: int) -> str:
@@ -75,7 +41,7 @@ class ContentPolicy:
     capture: ContentCapture = ContentCapture.NO_CONTENT
     redactor: Redactor = default_redactor
     max_value_length: int = 8192
-    secret_keys: re.Pattern[str] = field(default=_SECRET_KEY)
+    secret_keys: re.Pattern[str] = field(default=SECRET_KEY_NAME)
 
     @property
     def capture_on_spans(self) -> bool:

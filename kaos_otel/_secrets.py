@@ -1,0 +1,189 @@
+"""What counts as a secret, and masking it in every encoding a string reaches the exporter in.
+
+A secret is masked whether it sits in plain text, in a JSON string (``\\n``, ``\\t``, ``\\"``,
+``\\u0022`` around it, possibly JSON inside JSON) or URL-encoded (``%20``, ``+``): the patterns
+run on the text and on its decoded views, and every match is masked in the original text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+REDACTED = "[REDACTED]"
+
+Redactor = Callable[[str], str]
+"""Takes one exported string, returns it with secrets masked."""
+
+_START = r"(?<![A-Za-z0-9])"
+"""A token starts here: not in the middle of a word (decoding turns ``\\n`` into a newline first)."""
+
+DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # PEM private-key blocks; one cut by a size cap is masked to its end
+    re.compile(r"-----BEGIN[A-Z ]*PRIVATE KEY-----(?:.*?-----END[A-Z ]*PRIVATE KEY-----|.*\Z)", re.DOTALL),
+    # OpenAI (sk-, sk-proj-, sk-svcacct-), Anthropic (sk-ant-), and rk-/pk- keys of the same shape
+    re.compile(_START + r"(?:sk|rk|pk)-[A-Za-z0-9_-]{20,}"),
+    # Stripe secret and restricted keys, webhook secrets
+    re.compile(_START + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}|" + _START + r"whsec_[A-Za-z0-9]{16,}"),
+    re.compile(_START + r"AIza[0-9A-Za-z_-]{30,}"),  # Google API keys
+    re.compile(_START + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),  # GitHub
+    re.compile(_START + r"xox[abposr]-[A-Za-z0-9-]{10,}|" + _START + r"xapp-[A-Za-z0-9-]{10,}"),  # Slack
+    # AWS access key ids, with a secret access key that follows within a few separators
+    re.compile(
+        _START + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])"
+        r"(?:[^A-Za-z0-9/+]{1,8}[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=]))?"
+    ),
+    # bare JWTs (header.payload[.signature], both base64url JSON objects)
+    re.compile(_START + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)?"),
+    # user:password@ in URLs (the whole user info is masked)
+    re.compile(r"://(?P<value>[^/\s:@?#]*:[^/\s@?#]*)(?=@)"),
+    # Authorization / Cookie / Set-Cookie header values: the rest of the header line
+    re.compile(
+        r"(?i)(?:\b(?:proxy-)?(?:authorization|set-cookie|cookie|x-api-key)[\"']?\s*[:=]\s*)"
+        r"(?P<value>[^\s\"'\\][^\r\n\"'\\]*)"
+    ),
+    # bearer / basic credentials anywhere (a token with a digit, or a long one)
+    re.compile(
+        r"(?i)(?:\b(?:bearer|basic)\s+)"
+        r"(?P<value>(?=[A-Za-z0-9._~+/=-]*[0-9._~+/=])[A-Za-z0-9._~+/=-]{8,}|[A-Za-z0-9._~+/=-]{24,})"
+    ),
+    # key=value / "key": "value" pairs whose key names a secret (token counts such as
+    # ``max_tokens`` are not secrets)
+    re.compile(
+        r"(?i)(?:password|passwd|pwd|secret|token(?!s)|api[_-]?key|apikey|"
+        r"private[_-]?key|access[_-]?key|credential)[\w.-]*[\"']?\s*[:=]\s*"
+        r"(?P<value>\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s,;&}\])\"']+)"
+    ),
+)
+
+SECRET_KEY_NAME = re.compile(
+    r"(?i)(password|passwd|secret|token(?!s)|api[_-]?key|apikey|authorization|credential|cookie)"
+)
+"""Attribute keys and header names whose whole value is a secret."""
+
+# A necessary condition for any pattern above to match, searched in the case-folded text:
+# without IGNORECASE the regex engine scans several times faster (this runs on every exported
+# string, on the export thread).
+_QUICK_CHECK = re.compile(
+    r"sk-|rk-|pk-|sk_|rk_|whsec_|aiza|gh[pousr]_|github_pat_|xox|xapp-|akia|asia|abia|acca|eyj|"
+    r"private key|://|bearer|basic|pass|pwd|secret|token|key|auth|cookie|credential"
+)
+_JSON_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
+_JSON_SIMPLE = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}|\+")
+_MAX_JSON_DEPTH = 3
+
+
+def _json_unescape(escape: str) -> str:
+    if escape[1] == "u":
+        return chr(int(escape[2:], 16))
+    return _JSON_SIMPLE.get(escape[1], escape[1])
+
+
+def _url_unescape(escape: str) -> str:
+    return " " if escape == "+" else chr(int(escape[1:], 16))
+
+
+class _View:
+    """A decoded form of the original text: each of its characters knows its original span."""
+
+    __slots__ = ("ends", "starts", "text")
+
+    def __init__(self, text: str, starts: list[int] | None = None, ends: list[int] | None = None) -> None:
+        self.text = text
+        self.starts = starts
+        self.ends = ends
+
+    def original_span(self, start: int, end: int) -> tuple[int, int]:
+        """The original text's span that the view's ``[start, end)`` came from."""
+        if self.starts is None or self.ends is None or end <= start:
+            return start, end
+        return self.starts[start], self.ends[end - 1]
+
+    def _map(self, start: int, end: int) -> tuple[list[int], list[int]]:
+        """Original starts and ends of the view's characters ``[start, end)``."""
+        if self.starts is None or self.ends is None:
+            return list(range(start, end)), list(range(start + 1, end + 1))
+        return self.starts[start:end], self.ends[start:end]
+
+    def decoded(self, escape: re.Pattern[str], decode: Callable[[str], str]) -> _View | None:
+        """This view with ``escape`` sequences decoded, or ``None`` when it has none."""
+        text = self.text
+        pieces: list[str] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        position = 0
+        for match in escape.finditer(text):
+            plain_starts, plain_ends = self._map(position, match.start())
+            starts += plain_starts
+            ends += plain_ends
+            pieces.append(text[position : match.start()])
+            pieces.append(decode(match.group()))
+            first, last = self.original_span(match.start(), match.end())
+            starts.append(first)
+            ends.append(last)
+            position = match.end()
+        if not pieces:
+            return None
+        plain_starts, plain_ends = self._map(position, len(text))
+        starts += plain_starts
+        ends += plain_ends
+        pieces.append(text[position:])
+        return _View("".join(pieces), starts, ends)
+
+
+def _views(text: str) -> Iterator[_View]:
+    """The text itself, its JSON-decoded forms (JSON in JSON too), then the last one URL-decoded."""
+    view = _View(text)
+    yield view
+    for _ in range(_MAX_JSON_DEPTH):
+        if "\\" not in view.text:
+            break
+        decoded = view.decoded(_JSON_ESCAPE, _json_unescape)
+        if decoded is None:
+            break
+        view = decoded
+        yield view
+    if "%" in view.text or "+" in view.text:
+        decoded = view.decoded(_URL_ESCAPE, _url_unescape)
+        if decoded is not None:
+            yield decoded
+
+
+def secret_spans(text: str) -> list[tuple[int, int]]:
+    """Spans of ``text`` that hold a secret, in any of its encodings (sorted, merged)."""
+    spans: list[tuple[int, int]] = []
+    for view in _views(text):
+        if not _QUICK_CHECK.search(view.text.casefold()):
+            continue
+        for pattern in DEFAULT_SECRET_PATTERNS:
+            group = "value" if "value" in pattern.groupindex else 0
+            for match in pattern.finditer(view.text):
+                start, end = match.span(group)
+                if end > start:
+                    spans.append(view.original_span(start, end))
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def default_redactor(text: str) -> str:
+    """Mask provider keys, tokens, passwords, private keys and credentials in ``text``."""
+    if not _QUICK_CHECK.search(text.casefold()) and "\\" not in text and "%" not in text:
+        return text
+    spans = secret_spans(text)
+    if not spans:
+        return text
+    pieces: list[str] = []
+    position = 0
+    for start, end in spans:
+        pieces.append(text[position:start])
+        pieces.append(REDACTED)
+        position = end
+    pieces.append(text[position:])
+    return "".join(pieces)
