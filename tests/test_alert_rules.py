@@ -7,6 +7,7 @@ tests fail rather than skip: an untested rule file is a broken rule file.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -136,3 +137,50 @@ def test_promtool_unit_tests_catch_a_wrong_threshold(tmp_path: Path) -> None:
     result = _run("test", "rules", UNIT_TESTS.name, cwd=tmp_path)
     assert result.returncode != 0, result.stdout
     assert "KaosRequestLatencyP95High" in result.stdout + result.stderr
+
+
+GRAFANA = ROOT / "dashboards" / "grafana" / "kaos-agents.json"
+RATIO_ALERTS = {"KaosRequestErrorRateHigh", "KaosModelCallFailureRateHigh", "KaosMemoryFailureRateHigh"}
+
+
+def test_ratios_are_0_not_empty_when_nothing_failed(tmp_path: Path) -> None:
+    """Error-ratio panels and the ratio alerts' expressions give 0 for traffic without a failure."""
+    expressions: dict[str, str] = {}
+    for panel in json.loads(GRAFANA.read_text())["panels"]:
+        for target in panel.get("targets", []):
+            if panel["title"].endswith("%") or "%" in panel["title"]:
+                expr = target["expr"].replace("$__rate_interval", "5m").replace("$__range", "10m")
+                expressions[panel["title"]] = re.sub(r'=~"\$\w+"', '=~".*"', expr)
+    for rule in _rules():
+        if rule["alert"] in RATIO_ALERTS:
+            expressions[rule["alert"]] = re.sub(r"\)\s*>\s*[0-9.]+\s*$", ")", rule["expr"].strip())
+    assert len(expressions) == 7, sorted(expressions)
+    ok = '{job="kaos-agent", %s, kaos_outcome="success"}'
+    series = [
+        "kaos_requests_total" + ok % 'gen_ai_agent_name="coordinator", kaos_request_origin="user"',
+        "kaos_model_calls_total" + ok % 'gen_ai_agent_name="coordinator", gen_ai_request_model="m"',
+        "kaos_memory_operations_total"
+        + ok % 'kaos_memory_tier="short_term", kaos_memory_operation="search_memory", kaos_memory_scope="a"',
+    ]
+    unit = {
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": "0+10x20"} for s in series],
+                # one group (non-empty), and its value 0 (max is NaN if any value is)
+                "promql_expr_test": [
+                    {
+                        "expr": f"{func}(\n{expr}\n)",
+                        "eval_time": "15m",
+                        "exp_samples": [{"labels": "{}", "value": value}],
+                    }
+                    for expr in expressions.values()
+                    for func, value in (("count", 1), ("max", 0))
+                ],
+            }
+        ],
+    }
+    (tmp_path / "zero.test.yml").write_text(yaml.safe_dump(unit))
+    result = _run("test", "rules", "zero.test.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
