@@ -51,6 +51,7 @@ class LiveReport:
     """``{"at_s": seconds into the run, "active": [fault names]}`` at each switch."""
 
     def as_json(self) -> dict[str, Any]:
+        """The report as the demo's JSON summary shows it."""
         return {
             "sent": self.sent,
             "by_status": {str(k): v for k, v in sorted(self.by_status.items())},
