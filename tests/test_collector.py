@@ -1,7 +1,8 @@
 """The real kaos-otel collector binary between the SDK and an in-process OTLP receiver.
 
-Needs the binary built by ``bash collector/build.sh`` (collector/_build/kaos-otelcol, or the path
-in ``KAOS_OTELCOL_BIN``); every test fails with that instruction if it is missing.
+Needs the binary built by ``bash collector/build.sh`` (collector/_build/kaos-otelcol, a symlink
+into the build cache, or the path in ``KAOS_OTELCOL_BIN``); every test fails with that
+instruction if it is missing.
 
 Path of the data: KaosOtelManager --(OTLP gRPC or HTTP/protobuf)--> collector (memory_limiter,
 filter, attributes, redaction, transform, resource, batch; spanmetrics; otlp_grpc, otlp_http, file
