@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from instrumented_agent.config import ConfigError, add_agent_arguments, agent_config_from_args
+from kaos_otel._cli_support import add_version, parse_args
 
 __all__ = ["main"]
 
@@ -117,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kaos-agent", description="The kaos-otel reference multi-agent system."
     )
+    add_version(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run one service in the foreground, as a container would")
@@ -165,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``kaos-agent``."""
-    args = _parser().parse_args(argv)
+    args = parse_args(_parser(), argv)
     code: int = args.handler(args)
     return code
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from kaos_otel import catalog
 from kaos_otel.receiver import ReceivedSpan
 
-__all__ = ["format_duration", "render_trace_trees"]
+__all__ = ["format_duration", "is_startup_trace", "render_trace_trees"]
 
 _RESET = "\x1b[0m"
 _BOLD = "\x1b[1m"
@@ -27,15 +27,41 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
+_BAR_WIDTH = 32
+_MAX_LABEL = 88
+# MCP session set-up: an agent opening its MCP sessions at start-up, before any request.
+_STARTUP_MCP_METHODS = frozenset({"initialize", "notifications/initialized", "tools/list", "ping"})
+
+
+def is_startup_trace(spans: Sequence[ReceivedSpan]) -> bool:
+    """Whether a trace is MCP session start-up (every root span is ``initialize``/``tools/list``...)."""
+    ids = {s.span_id for s in spans}
+    roots = [s for s in spans if s.parent_span_id is None or s.parent_span_id not in ids]
+    return bool(roots) and all(
+        s.attributes.get(catalog.MCP_METHOD_NAME) in _STARTUP_MCP_METHODS for s in roots
+    )
+
+
+def _bar(start: int, end: int, trace_start: int, trace_end: int) -> str:
+    """A ``|··███···|`` bar placing [start, end] within the trace's time span."""
+    total = max(trace_end - trace_start, 1)
+    first = min(_BAR_WIDTH - 1, (start - trace_start) * _BAR_WIDTH // total)
+    last = max(first + 1, min(_BAR_WIDTH, -(-(end - trace_start) * _BAR_WIDTH // total)))
+    return "|" + "·" * first + "█" * (last - first) + "·" * (_BAR_WIDTH - last) + "|"
+
+
 class _Renderer:
-    def __init__(self, color: bool) -> None:
+    def __init__(self, color: bool, waterfall: bool) -> None:
         self._color = color
+        self._waterfall = waterfall
         self.lines: list[str] = []
+        # (visible length, text, span it draws or None) of the trace being rendered
+        self._rows: list[tuple[int, str, ReceivedSpan | None]] = []
 
     def _paint(self, text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if self._color else text
 
-    def trace(self, trace_id: str, spans: list[ReceivedSpan]) -> None:
+    def trace(self, trace_id: str, spans: list[ReceivedSpan], label: str = "") -> None:
         ids = {s.span_id for s in spans}
         children: dict[str, list[ReceivedSpan]] = defaultdict(list)
         roots: list[ReceivedSpan] = []
@@ -48,9 +74,20 @@ class _Renderer:
         start = min(s.start_time_unix_nano for s in spans)
         end = max(s.end_time_unix_nano for s in spans)
         count = f"{len(spans)} span" + ("" if len(spans) == 1 else "s")
-        header = f"trace {trace_id} ({format_duration((end - start) / 1e9)}, {count})"
+        header = f"trace {trace_id} ({format_duration((end - start) / 1e9)}, {count}){label}"
         self.lines.append(self._paint(header, _BOLD))
+        self._rows = []
         self._level(roots, children, "")
+        column = min(_MAX_LABEL, max((row[0] for row in self._rows if row[2]), default=0)) + 2
+        for length, text, drawn in self._rows:
+            if self._waterfall and drawn is not None:
+                bar = _bar(drawn.start_time_unix_nano, drawn.end_time_unix_nano, start, end)
+                colour = _RED if drawn.status_code == "ERROR" else _CYAN
+                text += " " * max(1, column - length) + self._paint(bar, colour)
+            self.lines.append(text)
+
+    def _add(self, plain: str, text: str, span: ReceivedSpan | None) -> None:
+        self._rows.append((len(plain), text, span))
 
     def _level(self, spans: list[ReceivedSpan], children: dict[str, list[ReceivedSpan]], prefix: str) -> None:
         ordered = sorted(spans, key=lambda s: (s.start_time_unix_nano, s.span_id))
@@ -63,21 +100,23 @@ class _Renderer:
             self._level(children.get(span.span_id, []), children, inner)
 
     def _span(self, span: ReceivedSpan, lead: str, orphan: bool) -> None:
-        status = span.status_code
-        if status == "ERROR":
-            status = self._paint(status, _RED + _BOLD)
-        elif status == "OK":
-            status = self._paint(status, _GREEN)
         tier = span.attributes.get(catalog.KAOS_MEMORY_TIER)
-        parts = [
-            self._paint(span.service_name or "?", _CYAN),
+        plain = [
+            span.service_name or "?",
             f"{span.name} ({tier})" if tier else span.name,
             format_duration(span.duration_s),
-            status,
+            span.status_code,
         ]
+        painted = list(plain)
+        painted[0] = self._paint(plain[0], _CYAN)
+        if span.status_code == "ERROR":
+            painted[3] = self._paint(span.status_code, _RED + _BOLD)
+        elif span.status_code == "OK":
+            painted[3] = self._paint(span.status_code, _GREEN)
         if orphan:
-            parts.append(self._paint("(parent missing)", _YELLOW))
-        self.lines.append(lead + "  ".join(parts))
+            plain.append("(parent missing)")
+            painted.append(self._paint("(parent missing)", _YELLOW))
+        self._add(lead + "  ".join(plain), lead + "  ".join(painted), span)
 
     def _errors(self, span: ReceivedSpan, indent: str) -> None:
         if span.status_code != "ERROR":
@@ -97,23 +136,27 @@ class _Renderer:
         if not messages and span.status_message:
             messages = [span.status_message]
         for message in messages:
-            self.lines.append(indent + "  " + self._paint(f"! {message}", _RED))
+            text = indent + "  " + f"! {message}"
+            self._add(text, indent + "  " + self._paint(f"! {message}", _RED), None)
 
 
-def render_trace_trees(spans: Sequence[ReceivedSpan], *, color: bool = False) -> str:
+def render_trace_trees(
+    spans: Sequence[ReceivedSpan], *, color: bool = False, waterfall: bool = False, label: str = ""
+) -> str:
     """Render spans as one tree per trace (traces and siblings ordered by start time).
 
     Each line shows service, span name, duration and status; error spans are followed by their
     ``exception.type: exception.message``. Spans whose parent was not received are shown as roots
     marked ``(parent missing)``. Duplicate spans (same trace and span id) are shown once.
+    ``waterfall`` draws each span's time within its trace as a bar; ``label`` follows each header.
     """
     by_trace: dict[str, dict[str, ReceivedSpan]] = defaultdict(dict)
     for span in spans:
         by_trace[span.trace_id].setdefault(span.span_id, span)
     traces = sorted(by_trace.items(), key=lambda item: min(s.start_time_unix_nano for s in item[1].values()))
-    renderer = _Renderer(color)
+    renderer = _Renderer(color, waterfall)
     for index, (trace_id, members) in enumerate(traces):
         if index:
             renderer.lines.append("")
-        renderer.trace(trace_id, list(members.values()))
+        renderer.trace(trace_id, list(members.values()), label)
     return "\n".join(renderer.lines) + ("\n" if renderer.lines else "")

@@ -85,6 +85,7 @@ GEN_AI_MEMORY_RECORDS = "gen_ai.memory.records"
 ERROR_TYPE = "error.type"
 SERVER_ADDRESS = "server.address"
 SERVER_PORT = "server.port"
+MCP_METHOD_NAME = "mcp.method.name"  # on the mcp SDK's own spans (read by ``traces show``)
 SESSION_ID = "session.id"
 USER_ID = "user.id"
 DB_SYSTEM_NAME = "db.system.name"

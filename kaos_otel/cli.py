@@ -1,4 +1,4 @@
-"""The ``kaos-otel`` command line: ``traces show`` and ``catalog``."""
+"""The ``kaos-otel`` command line: ``receive``, ``traces show`` and ``catalog``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kaos_otel._cli_support import add_version, parse_args
 from kaos_otel.catalog import catalog_as_dict, metrics_markdown
 
 __all__ = ["main"]
@@ -24,17 +25,40 @@ def _error(message: str) -> int:
     return 1
 
 
+def _color(choice: bool | None) -> bool:
+    return choice if choice is not None else sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+def _receive(args: argparse.Namespace) -> int:
+    from kaos_otel._receive import ReceiveOptions, run_receive
+
+    if args.settle <= 0:
+        return _error("--settle must be positive")
+    options = ReceiveOptions(
+        host=args.host,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        out=args.out,
+        json_mode=args.json,
+        settle_s=args.settle,
+        color=_color(args.color),
+    )
+    return run_receive(options, stdin=sys.stdin)
+
+
 def _traces_show(args: argparse.Namespace) -> int:
-    from kaos_otel._trace_tree import render_trace_trees
+    from kaos_otel._metrics_summary import render_metrics_summary
+    from kaos_otel._trace_tree import is_startup_trace, render_trace_trees
     from kaos_otel.receiver import load_otlp_json
 
     path: Path = args.file
     try:
-        spans = load_otlp_json(path).spans
+        telemetry = load_otlp_json(path)
     except OSError as exc:
         return _error(f"cannot read {path}: {exc.strerror or exc}")
     except ValueError as exc:
         return _error(str(exc))
+    spans = telemetry.spans
     if args.trace_id:
         wanted = args.trace_id.lower()
         spans = [s for s in spans if s.trace_id.startswith(wanted)]
@@ -42,8 +66,19 @@ def _traces_show(args: argparse.Namespace) -> int:
             return _error(f"no trace with id {args.trace_id!r} in {path}")
     elif not spans:
         return _error(f"no spans in {path}")
-    color = args.color if args.color is not None else sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    sys.stdout.write(render_trace_trees(spans, color=color))
+    by_trace: dict[str, list[Any]] = {}
+    for span in spans:
+        by_trace.setdefault(span.trace_id, []).append(span)
+    startup = {trace_id for trace_id, members in by_trace.items() if is_startup_trace(members)}
+    color = _color(args.color)
+    show_all = bool(args.trace_id or args.all)
+    shown = spans if show_all else [s for s in spans if s.trace_id not in startup]
+    sys.stdout.write(render_trace_trees(shown, color=color, waterfall=args.waterfall))
+    hidden = 0 if show_all else len(startup)
+    if hidden:
+        print(f"\n({hidden} MCP session start-up trace{'s' if hidden > 1 else ''} hidden; --all shows them)")
+    if not args.trace_id:
+        sys.stdout.write("\n" + render_metrics_summary(telemetry.metric_points))
     return 0
 
 
@@ -105,7 +140,40 @@ def _catalog(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kaos-otel", description="kaos-otel telemetry tools")
+    add_version(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    receive = commands.add_parser(
+        "receive",
+        help="receive OTLP locally and print each trace as it completes",
+        description="A local OTLP receiver: point OTEL_EXPORTER_OTLP_ENDPOINT at it and watch your "
+        "traces (as trees with a waterfall) and metrics. Enter prints a metrics summary, Ctrl-C stops.",
+    )
+    receive.add_argument("--grpc-port", type=int, default=4317, help="OTLP/gRPC port (default 4317; 0: any)")
+    receive.add_argument("--http-port", type=int, default=4318, help="OTLP/HTTP port (default 4318; 0: any)")
+    receive.add_argument(
+        "--host", default="127.0.0.1", help="IPv4 address to listen on (default 127.0.0.1; 0.0.0.0: all)"
+    )
+    receive.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="also append all telemetry to FILE (OTLP/JSON Lines: traces show reads it)",
+    )
+    receive.add_argument("--json", action="store_true", help="JSON lines on stdout instead of trees")
+    receive.add_argument(
+        "--settle",
+        type=float,
+        default=2.0,
+        help="seconds without new spans before a trace is printed (default 2)",
+    )
+    receive.add_argument(
+        "--color",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ANSI colours (default: if a tty)",
+    )
+    receive.set_defaults(handler=_receive)
 
     traces = commands.add_parser("traces", help="inspect traces").add_subparsers(
         dest="traces_command", required=True
@@ -115,6 +183,8 @@ def _parser() -> argparse.ArgumentParser:
         "file", type=Path, metavar="FILE", help="OTLP/JSON Lines file (collector file exporter)"
     )
     show.add_argument("--trace-id", help="only this trace (full id or hex prefix)")
+    show.add_argument("--all", action="store_true", help="include MCP session start-up traces")
+    show.add_argument("--waterfall", action="store_true", help="draw span durations as a waterfall")
     show.add_argument(
         "--color",
         action=argparse.BooleanOptionalAction,
@@ -133,6 +203,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``kaos-otel`` command; returns the exit status."""
-    args = _parser().parse_args(argv)
+    args = parse_args(_parser(), argv)
     result: int = args.handler(args)
     return result

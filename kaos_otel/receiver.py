@@ -365,22 +365,30 @@ def parse_otlp_json(document: Mapping[str, Any]) -> ExportRequest:
 def load_otlp_json(path: Path | str) -> ReceivedTelemetry:
     """Read an OTLP/JSON Lines file (one export request per line) into flattened telemetry.
 
-    Raises ``OSError`` if the file cannot be read and ``ValueError`` naming the line if it is
-    malformed.
+    Raises ``OSError`` if the file cannot be read and ``ValueError`` naming the file (and line) if
+    it is binary or malformed.
     """
     out = ReceivedTelemetry()
-    with Path(path).open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                document = json.loads(line)
-                if not isinstance(document, dict):
-                    raise ValueError("not a JSON object")
-                request = parse_otlp_json(document)
-            except ValueError as exc:
-                raise ValueError(f"{path}:{lineno}: not an OTLP/JSON export request: {exc}") from exc
-            _flatten_into(request, out)
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path}: not an OTLP/JSON Lines file (binary content at byte {exc.start}); "
+            "expected one JSON export request per line, as `kaos-otel receive --out` or the "
+            "collector's file exporter write"
+        ) from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            document = json.loads(line)
+            if not isinstance(document, dict):
+                raise ValueError("not a JSON object")
+            request = parse_otlp_json(document)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{lineno}: not an OTLP/JSON export request: {exc}") from exc
+        _flatten_into(request, out)
     return out
 
 
@@ -408,8 +416,8 @@ class _Servicer(
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, receiver: OtlpReceiver, port: int = 0) -> None:
-        super().__init__(("127.0.0.1", port), _HttpHandler)
+    def __init__(self, receiver: OtlpReceiver, host: str, port: int) -> None:
+        super().__init__((host, port), _HttpHandler)
         self.receiver = receiver
 
 
@@ -466,15 +474,31 @@ class _HttpHandler(BaseHTTPRequestHandler):
 class OtlpReceiver:
     """OTLP receiver serving gRPC and HTTP/protobuf on 127.0.0.1 (ephemeral ports unless given).
 
+    ``on_receive`` is called (on a server thread, after storing) with what each accepted request
+    contained; it must be quick and not raise.
+
     ``set_failure("unavailable")`` makes exports fail (gRPC UNAVAILABLE / HTTP 503);
     ``set_failure("hang")`` blocks them until the mode changes or ``stop()`` is called, after which
     they are answered as unavailable. Failed or hung requests are not recorded.
     """
 
-    def __init__(self, json_path: Path | None = None, *, grpc_port: int = 0, http_port: int = 0) -> None:
-        """``grpc_port`` / ``http_port``: fixed ports (to restart on the same ones); 0 picks free ports."""
+    def __init__(
+        self,
+        json_path: Path | None = None,
+        *,
+        grpc_port: int = 0,
+        http_port: int = 0,
+        host: str = "127.0.0.1",
+        on_receive: Callable[[ReceivedTelemetry], None] | None = None,
+    ) -> None:
+        """``grpc_port`` / ``http_port``: fixed ports (to restart on the same ones); 0 picks free ports.
+
+        ``host``: the IPv4 address both servers listen on (``0.0.0.0`` for every interface).
+        """
         self._json_path = json_path
         self._wanted_ports = (grpc_port, http_port)
+        self._host = host
+        self._on_receive = on_receive
         self._lock = threading.Lock()
         self._mode_changed = threading.Condition()
         self._failure: FailureMode = "ok"
@@ -489,7 +513,10 @@ class OtlpReceiver:
     # lifecycle -------------------------------------------------------------------------
 
     def start(self) -> Self:
-        """Start the gRPC and HTTP servers; returns self."""
+        """Start the gRPC and HTTP servers; returns self.
+
+        Raises ``OSError`` naming the address when a port cannot be bound (nothing is left running).
+        """
         if self._grpc_server is not None:
             raise RuntimeError("OtlpReceiver already started")
         with self._mode_changed:
@@ -499,10 +526,20 @@ class OtlpReceiver:
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-        self._grpc_port = server.add_insecure_port(f"127.0.0.1:{self._wanted_ports[0]}")
+        grpc_address = f"{self._host}:{self._wanted_ports[0]}"
+        try:
+            self._grpc_port = server.add_insecure_port(grpc_address)
+        except RuntimeError as exc:  # grpc reports a taken port as "Failed to bind"
+            raise OSError(f"cannot listen for OTLP/gRPC on {grpc_address}: {exc}") from exc
+        try:
+            http_server = _HttpServer(self, self._host, self._wanted_ports[1])
+        except OSError as exc:
+            raise OSError(
+                f"cannot listen for OTLP/HTTP on {self._host}:{self._wanted_ports[1]}: {exc.strerror or exc}"
+            ) from exc
         server.start()
         self._grpc_server = server
-        self._http_server = _HttpServer(self, self._wanted_ports[1])
+        self._http_server = http_server
         self._http_thread = threading.Thread(
             target=self._http_server.serve_forever, name="otlp-http", daemon=True
         )
@@ -537,17 +574,17 @@ class OtlpReceiver:
 
     @property
     def grpc_endpoint(self) -> str:
-        """``http://127.0.0.1:PORT`` of the gRPC server."""
+        """``http://HOST:PORT`` of the gRPC server."""
         if self._grpc_server is None:
             raise RuntimeError("OtlpReceiver not started")
-        return f"http://127.0.0.1:{self._grpc_port}"
+        return f"http://{self._host}:{self._grpc_port}"
 
     @property
     def http_endpoint(self) -> str:
-        """``http://127.0.0.1:PORT`` of the HTTP server (append ``/v1/traces`` etc.)."""
+        """``http://HOST:PORT`` of the HTTP server (append ``/v1/traces`` etc.)."""
         if self._http_server is None:
             raise RuntimeError("OtlpReceiver not started")
-        return f"http://127.0.0.1:{self._http_server.server_address[1]}"
+        return f"http://{self._host}:{self._http_server.server_address[1]}"
 
     # fault injection ---------------------------------------------------------------------
 
@@ -568,12 +605,18 @@ class OtlpReceiver:
     # storage -------------------------------------------------------------------------------
 
     def _record(self, request: ExportRequest) -> None:
+        received = ReceivedTelemetry()
+        _flatten_into(request, received)
         with self._lock:
             self._requests.append(request)
-            _flatten_into(request, self._telemetry)
+            self._telemetry.spans.extend(received.spans)
+            self._telemetry.metric_points.extend(received.metric_points)
+            self._telemetry.logs.extend(received.logs)
             if self._json_path is not None:
                 with self._json_path.open("a", encoding="utf-8") as fh:
                     fh.write(to_otlp_json(request) + "\n")
+        if self._on_receive is not None:
+            self._on_receive(received)
 
     def raw_requests(self) -> list[ExportRequest]:
         """Every accepted export request, as decoded protobuf messages, in arrival order."""

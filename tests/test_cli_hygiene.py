@@ -1,0 +1,103 @@
+"""Both command lines as a new user meets them: versions, usage on a bad flag, errors naming the file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from kaos_otel import catalog
+from kaos_otel.cli import main as kaos_otel_main
+from kaos_otel.receiver import to_otlp_json
+
+pytestmark = pytest.mark.fast
+
+CLIS = {
+    "kaos-otel": [sys.executable, "-m", "kaos_otel"],
+    "kaos-agent": [sys.executable, "-m", "instrumented_agent.cli"],
+}
+
+
+@pytest.mark.parametrize("name", CLIS)
+def test_version(name: str) -> None:
+    done = subprocess.run([*CLIS[name], "--version"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"{name} {metadata.version('kaos-otel')}"
+
+
+@pytest.mark.parametrize(
+    ("name", "words", "usage"),
+    [
+        ("kaos-agent", ["demo", "--bogus"], "usage: kaos-agent demo "),
+        ("kaos-agent", ["serve", "model", "--bogus"], "usage: kaos-agent serve model "),
+        ("kaos-otel", ["traces", "show", "f", "--bogus"], "usage: kaos-otel traces show "),
+        ("kaos-otel", ["receive", "--bogus"], "usage: kaos-otel receive "),
+    ],
+)
+def test_a_bad_flag_shows_the_subcommands_usage(name: str, words: list[str], usage: str) -> None:
+    done = subprocess.run([*CLIS[name], *words], capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith(usage)
+    assert "unrecognized arguments: --bogus" in done.stderr
+
+
+def test_traces_show_names_a_binary_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    binary = tmp_path / "telemetry.pb"
+    binary.write_bytes(b"\x0a\x8f\xff\xfe\x00binary")
+    assert kaos_otel_main(["traces", "show", str(binary)]) == 1
+    err = capsys.readouterr().err
+    assert f"kaos-otel: error: {binary}: not an OTLP/JSON Lines file" in err
+
+
+def _telemetry_file(path: Path) -> None:
+    """Two traces (an MCP session start-up and a request) and a counter, as `receive --out` writes."""
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider(resource=Resource.create({"service.name": "coordinator"}))
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span(
+        "MCP send initialize", kind=SpanKind.CLIENT, attributes={catalog.MCP_METHOD_NAME: "initialize"}
+    ):
+        pass
+    with tracer.start_as_current_span("invoke_agent coordinator"), tracer.start_as_current_span("agent_step"):
+        pass
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(
+        metric_readers=[reader], resource=Resource.create({"service.name": "coordinator"})
+    )
+    meter_provider.get_meter("test").create_counter(catalog.KAOS_REQUESTS).add(
+        2, {catalog.KAOS_OUTCOME: "success"}
+    )
+    metrics = reader.get_metrics_data()
+    assert metrics is not None
+    lines = [to_otlp_json(encode_spans(spans.get_finished_spans())), to_otlp_json(encode_metrics(metrics))]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_traces_show_hides_start_up_traces_and_prints_the_metrics_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    telemetry = tmp_path / "telemetry.jsonl"
+    _telemetry_file(telemetry)
+    assert kaos_otel_main(["traces", "show", str(telemetry), "--no-color"]) == 0
+    out = capsys.readouterr().out
+    assert "invoke_agent coordinator" in out
+    assert "MCP send initialize" not in out
+    assert "(1 MCP session start-up trace hidden; --all shows them)" in out
+    assert "kaos.requests (counter)" in out
+    assert "coordinator  kaos.outcome=success  2" in out
+
+    assert kaos_otel_main(["traces", "show", str(telemetry), "--no-color", "--all"]) == 0
+    assert "MCP send initialize" in capsys.readouterr().out

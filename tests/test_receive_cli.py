@@ -1,0 +1,212 @@
+"""``kaos-otel receive`` as a user runs it: a real process, a real agent exporting to it over OTLP."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from kaos_otel import KaosOtelManager
+from kaos_otel._metrics_summary import metrics_summary
+from kaos_otel._receive import TraceAssembler
+from kaos_otel.cli import main as kaos_otel_main
+from kaos_otel.receiver import ReceivedMetricPoint, ReceivedSpan
+
+pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
+
+RECEIVE = [sys.executable, "-m", "kaos_otel", "receive", "--grpc-port", "0", "--http-port", "0"]
+
+
+def _span(trace: str, span: str, parent: str | None, start: int = 0, end: int = 10) -> ReceivedSpan:
+    return ReceivedSpan(
+        trace, span, parent, f"op-{span}", "INTERNAL", {}, {"service.name": "svc"}, "t", "UNSET", "",
+        (), (), start, end,
+    )  # fmt: skip
+
+
+def test_a_trace_is_complete_when_its_root_has_settled() -> None:
+    assembler = TraceAssembler(settle_s=1.0)
+    assembler.add([_span("t1", "b", "a")], now=0.0)
+    assert assembler.complete(now=1.5) == []  # no root yet: waits four times longer
+    assembler.add([_span("t1", "a", None)], now=2.0)
+    assert assembler.complete(now=2.9) == []
+    (done,) = assembler.complete(now=3.0)
+    assert (done.trace_id, {s.span_id for s in done.spans}, done.late) == ("t1", {"a", "b"}, False)
+    assembler.add([_span("t1", "c", "a")], now=4.0)  # a straggler from a slower process
+    (late,) = assembler.drain()
+    assert (late.late, [s.span_id for s in late.spans]) == (True, ["c"])
+
+
+def test_a_trace_whose_root_is_elsewhere_is_printed_after_the_longer_wait() -> None:
+    assembler = TraceAssembler(settle_s=1.0)
+    assembler.add([_span("t2", "b", "remote-parent")], now=0.0)
+    assert assembler.complete(now=3.9) == []
+    assert [t.trace_id for t in assembler.complete(now=4.0)] == ["t2"]
+
+
+def _point(value: int, start: int, time: int) -> ReceivedMetricPoint:
+    return ReceivedMetricPoint(
+        "kaos.requests", "", "{request}", "sum", True, {"kaos.outcome": "success"},
+        {"service.name": "svc"}, "s", time, start, value=value,
+    )  # fmt: skip
+
+
+def test_metric_totals_add_counting_periods_and_keep_the_latest_cumulative_value() -> None:
+    # cumulative 1 then 3 in one process; a restarted process (new start time) counted 2
+    points = [_point(1, start=100, time=110), _point(3, start=100, time=120), _point(2, start=200, time=210)]
+    (total,) = metrics_summary(points)
+    assert (total.name, total.value, dict(total.attributes)) == (
+        "kaos.requests",
+        5,
+        {"kaos.outcome": "success"},
+    )
+
+
+class _Lines:
+    """Lines of a process's stdout, read on a thread, waited for with a timeout."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._queue: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._queue.put(line)
+
+    def next_json(self, event: str, timeout: float = 20.0) -> dict[str, Any]:
+        """The next JSON line whose ``event`` is ``event``."""
+        while True:
+            line = self._queue.get(timeout=timeout)
+            self.seen.append(line)
+            payload: dict[str, Any] = json.loads(line)
+            if payload["event"] == event:
+                return payload
+
+    def until(self, text: str, timeout: float = 20.0) -> str:
+        """Lines up to and including the first that contains ``text``, joined."""
+        start = len(self.seen)
+        while True:
+            line = self._queue.get(timeout=timeout)
+            self.seen.append(line)
+            if text in line:
+                return "".join(self.seen[start:])
+
+
+@pytest.fixture
+def receive(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], _Lines, Path]]:
+    out = tmp_path / "telemetry.jsonl"
+    process = subprocess.Popen(
+        [*RECEIVE, "--json", "--settle", "0.3", "--out", str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    try:
+        yield process, _Lines(process.stdout), out
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+
+
+def _run_agent(endpoint: str, protocol: str) -> str:
+    """One agent run exported to ``endpoint``; returns its trace id."""
+    otel = KaosOtelManager(
+        "my-agent", endpoint=endpoint, protocol=protocol, global_providers=False, environ={}
+    )
+    with otel.invoke_agent("my-agent", max_steps=3) as run, otel.agent_step(run):
+        with otel.model_call("my-agent", "gpt-4o", provider="openai") as call:
+            call.record_usage(input_tokens=12, output_tokens=3)
+        with otel.tool_call("my-agent", "search"):
+            pass
+        trace_id = format(run.span.get_span_context().trace_id, "032x")
+    otel.shutdown(timeout=10)
+    return trace_id
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_receive_prints_each_trace_summarises_metrics_and_writes_a_file_traces_show_reads(
+    receive: tuple[subprocess.Popen[str], _Lines, Path], protocol: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    process, lines, out = receive
+    listening = lines.next_json("listening")
+    endpoint = listening["grpc_endpoint" if protocol == "grpc" else "http_endpoint"]
+    assert endpoint.startswith("http://127.0.0.1:")
+    trace_id = _run_agent(endpoint, protocol)
+
+    trace = lines.next_json("trace")
+    assert trace["trace_id"] == trace_id
+    assert {s["name"] for s in trace["spans"]} == {
+        "invoke_agent my-agent", "agent_step", "chat gpt-4o", "execute_tool search",
+    }  # fmt: skip
+    assert process.stdin is not None
+    process.stdin.write("\n")  # Enter: metrics so far
+    process.stdin.flush()
+    series = lines.next_json("metrics")["series"]
+    assert [s["value"] for s in series if s["name"] == "kaos.requests"] == [1]
+    tokens = {
+        s["attributes"]["gen_ai.token.type"]: s for s in series if s["name"] == "gen_ai.client.token.usage"
+    }
+    assert (tokens["input"]["sum"], tokens["output"]["sum"]) == (12, 3)
+
+    process.send_signal(signal.SIGINT)
+    assert lines.next_json("metrics")["series"]
+    stopped = lines.next_json("stopped")
+    assert stopped["spans"] == 4
+    assert process.wait(timeout=10) == 0
+
+    assert kaos_otel_main(["traces", "show", str(out), "--no-color"]) == 0
+    shown = capsys.readouterr().out
+    assert f"trace {trace_id}" in shown
+    assert "my-agent  execute_tool search" in shown
+    assert "kaos.requests (counter, {request})" in shown
+
+
+def test_receive_draws_a_waterfall_and_stops_on_sigterm() -> None:
+    process = subprocess.Popen(
+        [*RECEIVE, "--settle", "0.3", "--no-color"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    lines = _Lines(process.stdout)
+    try:
+        header = lines.until("export OTEL_EXPORTER_OTLP_ENDPOINT=")
+        endpoint = header.rsplit("=", 1)[1].strip()
+        trace_id = _run_agent(endpoint, "grpc")
+        tree = lines.until("execute_tool search")
+        assert f"trace {trace_id} (" in tree
+        assert "└─ my-agent  invoke_agent my-agent" in tree
+        assert "|" in tree.splitlines()[-1] and "█" in tree.splitlines()[-1]
+        process.send_signal(signal.SIGTERM)
+        assert "kaos.requests" in lines.until("Received 4 spans")
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_receive_names_the_port_it_cannot_bind() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "kaos_otel", "receive", "--http-port", str(port), "--grpc-port", "0"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert f"OTLP/HTTP on 127.0.0.1:{port}" in done.stderr
+    assert "--http-port 0" in done.stderr
