@@ -37,6 +37,7 @@ from instrumented_agent.memory import MemoryService, Turn, new_session_id
 from instrumented_agent.model_client import DeltaSink, ModelClient
 from instrumented_agent.openai_api import ChatMessage, Completion, ToolCall, Usage, function_tool
 from kaos_otel import AgentRun, KaosOtelManager, MemoryScope, Outcome, RequestOrigin
+from kaos_otel.catalog import OVERFLOW_VALUE
 
 __all__ = ["Agent", "Identity", "RunResult"]
 
@@ -258,7 +259,7 @@ class Agent:
             )
         with (
             self._otel.tool_call(self.name, name, call_id=call.id, arguments=call.function.arguments),
-            _logged(f"tool call {name!r}"),
+            _logged(f"tool call {name if name in self._toolbox.tools() else OVERFLOW_VALUE}"),
         ):
             if name not in self._toolbox.tools():
                 raise UnknownToolError(f"unknown tool {name!r}")
@@ -267,7 +268,10 @@ class Agent:
 
     async def _delegate(self, target: str, task: str, identity: Identity) -> str:
         """Ask sub-agent ``target`` to do ``task``; its answer is the result."""
-        with self._otel.delegation(self.name, target), _logged(f"delegation to {target!r}"):
+        with (
+            self._otel.delegation(self.name, target),
+            _logged(f"delegation to {target if target in self.config.sub_agents else OVERFLOW_VALUE}"),
+        ):
             url = self.config.sub_agents.get(target)
             if url is None:
                 known = ", ".join(sorted(self.config.sub_agents)) or "none"

@@ -8,6 +8,7 @@ from model output (agent, tool, model, delegation target names) pass through
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable
 
@@ -81,6 +82,10 @@ class _DropUnlistedView(View):
         return not ours and bool(super()._match(instrument))  # type: ignore[arg-type]
 
 
+_NAME = re.compile(r"[\w.:/@+-]{1,128}")
+"""What a name looks like (a tool, an agent, a model, an error type): anything else is free text."""
+
+
 class LabelBounds:
     """Keeps label values from model output bounded.
 
@@ -101,8 +106,8 @@ class LabelBounds:
             self._known.setdefault(key, set()).update(names)
 
     def bound(self, key: str, value: str | None) -> str:
-        """The label value to record for ``value``."""
-        if not value:
+        """The label value (and span-name part) to record for ``value``: never free text."""
+        if not value or not _NAME.fullmatch(value):
             return catalog.OVERFLOW_VALUE
         known = self._known.get(key)
         if known is not None and value not in known:

@@ -336,7 +336,11 @@ class AgentTelemetry:
         tool_type: str = "function",
         attributes: Mapping[str, object] | None = None,
     ) -> SpanHandle:
-        """A tool call (``execute_tool {tool}``); arguments are recorded only with content capture on."""
+        """A tool call (``execute_tool {tool}``); arguments are recorded only with content capture on.
+
+        Span names and labels carry only a registered tool name (any other is ``_other``, and the
+        name asked for is recorded as ``kaos.requested_name`` only with content capture on).
+        """
         if not self._enabled:
             return NOOP_HANDLE
 
@@ -345,13 +349,14 @@ class AgentTelemetry:
                 agent_name, tool_name, handle.outcome or Outcome.SUCCESS, duration_s
             )
 
+        name = self._metrics.bounds.bound(catalog.GEN_AI_TOOL_NAME, tool_name)
         handle = self._begin(
             SpanHandle,
-            f"execute_tool {tool_name}",
+            f"execute_tool {name}",
             SpanKind.INTERNAL,
             {
                 catalog.GEN_AI_OPERATION_NAME: "execute_tool",
-                catalog.GEN_AI_TOOL_NAME: tool_name,
+                catalog.GEN_AI_TOOL_NAME: name,
                 catalog.GEN_AI_TOOL_TYPE: tool_type,
                 catalog.GEN_AI_TOOL_CALL_ID: call_id,
                 catalog.GEN_AI_AGENT_NAME: agent_name,
@@ -359,32 +364,38 @@ class AgentTelemetry:
             },
             on_end,
         )
+        if name != tool_name:
+            handle.set_content(catalog.KAOS_REQUESTED_NAME, tool_name)
         handle.set_content(catalog.GEN_AI_TOOL_CALL_ARGUMENTS, arguments)
         return handle
 
     def delegation(
         self, agent_name: str, target: str, *, attributes: Mapping[str, object] | None = None
     ) -> SpanHandle:
-        """A delegation to a remote sub-agent (``invoke_agent {target}``, CLIENT)."""
+        """A delegation to a remote sub-agent (``invoke_agent {target}``, CLIENT); names as in tool_call."""
         if not self._enabled:
             return NOOP_HANDLE
 
         def on_end(handle: SpanHandle, duration_s: float) -> None:
             self._metrics.record_delegation(agent_name, target, handle.outcome or Outcome.SUCCESS, duration_s)
 
-        return self._begin(
+        name = self._metrics.bounds.bound(catalog.KAOS_DELEGATION_TARGET, target)
+        handle = self._begin(
             SpanHandle,
-            f"invoke_agent {target}",
+            f"invoke_agent {name}",
             SpanKind.CLIENT,
             {
                 catalog.GEN_AI_OPERATION_NAME: "invoke_agent",
-                catalog.GEN_AI_AGENT_NAME: target,
+                catalog.GEN_AI_AGENT_NAME: name,
                 catalog.KAOS_DELEGATION_SOURCE: agent_name,
-                catalog.KAOS_DELEGATION_TARGET: target,
+                catalog.KAOS_DELEGATION_TARGET: name,
                 **(attributes or {}),
             },
             on_end,
         )
+        if name != target:
+            handle.set_content(catalog.KAOS_REQUESTED_NAME, target)
+        return handle
 
     def memory_operation(
         self,

@@ -108,6 +108,7 @@ KAOS_MEMORY_INFER = "kaos.memory.infer"
 KAOS_TELEMETRY_SIGNAL = "kaos.telemetry.signal"
 KAOS_TELEMETRY_REASON = "kaos.telemetry.reason"
 KAOS_TRACE_TRUST = "kaos.trace.trust"
+KAOS_REQUESTED_NAME = "kaos.requested_name"
 
 OVERFLOW_VALUE = "_other"
 """The one label value that every name outside a label's bound collapses into."""
@@ -186,6 +187,12 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(KAOS_TELEMETRY_SIGNAL, "traces | metrics | logs", "kaos"),
     AttributeSpec(KAOS_TELEMETRY_REASON, "queue_full | export_failed | shutdown", "kaos"),
     AttributeSpec(KAOS_TRACE_TRUST, "trusted | link | ignore: how incoming context was used", "kaos"),
+    AttributeSpec(
+        KAOS_REQUESTED_NAME,
+        "Tool or agent name model output asked for that is not a registered one (names say _other)",
+        "kaos",
+        content=True,
+    ),
 )
 
 

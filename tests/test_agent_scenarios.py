@@ -145,7 +145,7 @@ def test_failed_delegation_is_an_error_span_with_exception_log_and_error_outcome
 ) -> None:
     response = _post(agents.system.coordinator_url, SCENARIOS["failure"].prompt)
     spans = _trace(module_receiver, response, "coordinator")
-    (delegation,) = _named(spans, "invoke_agent ghost")
+    (delegation,) = _named(spans, "invoke_agent _other")
     assert (delegation.kind, delegation.status_code) == ("CLIENT", "ERROR")
     exceptions = [e for e in delegation.events if e.name == "exception"]
     assert [e.attributes["exception.type"].rsplit(".", 1)[-1] for e in exceptions] == ["UnknownAgentError"]
@@ -178,7 +178,7 @@ def test_unknown_tool_is_a_502_and_an_error_tool_span(agents: Agents, module_rec
     response = _post(agents.url("researcher"), "Use a missing tool, please.")
     assert response.status_code == 502
     assert response.json()["error"]["type"] == "unknown_tool"
-    (tool,) = _named(_trace(module_receiver, response, "researcher"), "execute_tool missing_tool")
+    (tool,) = _named(_trace(module_receiver, response, "researcher"), "execute_tool _other")
     assert tool.status_code == "ERROR"
 
 

@@ -275,3 +275,43 @@ def test_a_huge_exception_message_costs_the_request_little(
     (event,) = only_span(otlp_receiver, "fails").events
     assert event.attributes["exception.message"].startswith("token=[REDACTED]")
     assert only_log(otlp_receiver, "failed").attributes["exception.message"].startswith("token=[REDACTED]")
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_model_controlled_names_never_name_spans_or_logs(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, capture: bool
+) -> None:
+    logging.getLogger(LOGGER).setLevel(logging.INFO)
+    otel = make_otel(capture_content=capture)
+    otel.register_known_names("assistant", tools=["lookup"], targets=["researcher"])
+    key = fake_api_key()
+    tool = f"lookup {marker('ZEBRA')} {key}"
+    target = f"researcher {marker('PLUM')}"
+    with otel.invoke_agent("assistant"):
+        with otel.tool_call("assistant", tool), otel.tool_call("assistant", "lookup"):
+            pass
+        with otel.delegation("assistant", target):
+            pass
+    flush(otel, otlp_receiver, spans=4, logs=0)
+
+    names = sorted(span.name for span in otlp_receiver.spans())
+    assert names == [
+        "execute_tool _other",
+        "execute_tool lookup",
+        "invoke_agent _other",
+        "invoke_agent assistant",
+    ]
+    tool_span = only_span(otlp_receiver, "execute_tool _other")
+    assert tool_span.attributes[catalog.GEN_AI_TOOL_NAME] == catalog.OVERFLOW_VALUE
+    delegation = only_span(otlp_receiver, "invoke_agent _other")
+    assert delegation.attributes[catalog.KAOS_DELEGATION_TARGET] == catalog.OVERFLOW_VALUE
+    assert catalog.KAOS_REQUESTED_NAME not in only_span(otlp_receiver, "execute_tool lookup").attributes
+    payload = raw_bytes(otlp_receiver)
+    assert key.encode() not in payload  # masked even where the raw name is kept
+    if capture:
+        assert tool_span.attributes[catalog.KAOS_REQUESTED_NAME] == tool.replace(key, "[REDACTED]")
+        assert delegation.attributes[catalog.KAOS_REQUESTED_NAME] == target
+    else:
+        assert tool.split()[1].encode() not in payload
+        assert target.split()[1].encode() not in payload
+        assert catalog.KAOS_REQUESTED_NAME not in tool_span.attributes

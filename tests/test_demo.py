@@ -76,7 +76,7 @@ def test_demo_exports_to_the_configured_endpoint(otlp_receiver: OtlpReceiver, tm
         results["research"]["trace_id"]
     }
     failure = [s for s in spans if s.trace_id == results["failure"]["trace_id"]]
-    (ghost,) = [s for s in failure if s.name == "invoke_agent ghost"]
+    (ghost,) = [s for s in failure if s.name == "invoke_agent _other"]
     assert ghost.status_code == "ERROR"
     assert any(e.name == "exception" for e in ghost.events)
 
@@ -108,7 +108,7 @@ def test_demo_prints_trees_and_writes_a_file_kaos_otel_renders(
         "mcp-echo  tools/call echo",
         "analyst  execute_tool add",
         "mcp-calculator  tools/call add",
-        "coordinator  invoke_agent ghost",
+        "coordinator  invoke_agent _other",
         "! instrumented_agent.errors.UnknownAgentError",
     ):
         assert line in out, f"{line!r} missing from the demo output"
@@ -121,7 +121,7 @@ def test_demo_prints_trees_and_writes_a_file_kaos_otel_renders(
     assert kaos_otel_main(["traces", "show", str(telemetry), "--no-color"]) == 0
     shown = capsys.readouterr().out
     assert "mcp-calculator  tools/call add" in shown
-    assert "coordinator  invoke_agent ghost" in shown
+    assert "coordinator  invoke_agent _other" in shown
 
 
 def test_demo_stops_everything_when_an_agent_fails_to_start(tmp_path: Path) -> None:
