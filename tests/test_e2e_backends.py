@@ -52,15 +52,16 @@ SIGNOZ_DASHBOARD = REPO / "dashboards" / "signoz" / "kaos-agents.v2.json"
 SIGNOZ_ALERTS = REPO / "dashboards" / "signoz" / "alerts"
 SERVICES = {"coordinator", "researcher", "analyst", "mcp-echo", "mcp-calculator"}
 
-DURATION_S = 150
+DURATION_S = 155
 RATE_RPS = 1.0
-# (fault, on at, off at) in seconds into the traffic: each alert has time to fire and resolve.
+# (fault, on at, off at) in seconds into the traffic. A memory alert fires about 20 s after its
+# fault is on (2 s export, scrape and evaluation, for: 10s) and resolves about 35 s after it is off.
 FAULTS = (
-    ("memory-latency", 10, 45),
-    ("memory-errors", 50, 80),
-    ("model-errors", 85, 110),
-    ("model-latency", 85, 110),
-    ("subagent-down", 112, 135),
+    ("memory-latency", 10, 50),
+    ("memory-errors", 55, 90),
+    ("model-errors", 95, 115),
+    ("model-latency", 95, 115),
+    ("subagent-down", 117, 140),
 )
 ALERT_FAULTS = {"KaosMemoryLatencyP95High": "memory-latency", "KaosMemoryFailureRateHigh": "memory-errors"}
 TEST_WINDOW, TEST_FOR = "30s", "10s"
