@@ -1,0 +1,254 @@
+"""No secret leaves: a corpus of secrets in many encodings, through the real exporter, in every mode.
+
+Each placement puts one secret (a provider key shape, a private key, a JWT, URL credentials, an
+HTTP credential header) into a text (next to newlines, tabs, quotes, JSON escapes, URL encoding)
+and the text into every channel an application has: a span attribute, a span event, a log line,
+an exception message, prompt and response messages and tool arguments. The receiver's raw
+export requests are then searched for any part of any secret, in any of its encodings.
+The secrets are generated at run time (random bodies in the providers' shapes).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import random
+import string
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import quote, quote_plus
+
+import pytest
+
+from kaos_otel import KaosOtelManager
+from kaos_otel._config import ContentCapture
+from kaos_otel._secrets import REDACTED, default_redactor
+from kaos_otel.receiver import OtlpReceiver
+
+MakeOtel = Callable[..., KaosOtelManager]
+LOGGER = "test.secrets"
+RNG = random.Random(20261130)
+ALNUM = string.ascii_letters + string.digits
+B64 = ALNUM + "+/"
+
+
+def _random(alphabet: str, size: int) -> str:
+    return "".join(RNG.choice(alphabet) for _ in range(size))
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A text fragment holding secret values, and those values (what must never be exported)."""
+
+    kind: str
+    text: str
+    values: tuple[str, ...]
+
+
+def _pem() -> Secret:
+    lines = [_random(B64, 64) for _ in range(4)]
+    body = "\n".join(lines)
+    return Secret(
+        "pem", f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----", tuple(lines)
+    )
+
+
+def _jwt() -> Secret:
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    token = part({"alg": "HS256", "typ": "JWT"}) + "." + part({"sub": _random(ALNUM, 12)}) + "."
+    token += _random(ALNUM + "-_", 43)
+    return Secret("jwt", token, (token.split(".", 1)[1],))
+
+
+def _plain(kind: str, make: Callable[[], str]) -> Callable[[], Secret]:
+    def build() -> Secret:
+        value = make()
+        return Secret(kind, value, (value,))
+
+    return build
+
+
+def _labelled(kind: str, template: str, make: Callable[[], str]) -> Callable[[], Secret]:
+    def build() -> Secret:
+        value = make()
+        return Secret(kind, template.format(value), (value,))
+
+    return build
+
+
+def _aws_pair() -> Secret:
+    key_id = "AKIA" + _random(string.ascii_uppercase + string.digits, 16)
+    secret = _random(B64, 40)
+    return Secret("aws-pair", f"{key_id} {secret}", (key_id, secret))
+
+
+SECRETS: tuple[Callable[[], Secret], ...] = (
+    _plain("openai", lambda: "sk-" + _random(ALNUM, 48)),
+    _plain("openai-project", lambda: "sk-proj-" + _random(ALNUM + "-_", 120)),
+    _plain("anthropic", lambda: "sk-ant-api03-" + _random(ALNUM + "-_", 93) + "AA"),
+    _plain("aws-key-id", lambda: "AKIA" + _random(string.ascii_uppercase + string.digits, 16)),
+    _aws_pair,
+    _labelled("aws-secret", "AWS_SECRET_ACCESS_KEY={}", lambda: _random(B64, 40)),
+    _plain("github", lambda: "ghp_" + _random(ALNUM, 36)),
+    _plain("github-fine-grained", lambda: "github_pat_" + _random(ALNUM, 22) + "_" + _random(ALNUM, 59)),
+    _plain(
+        "slack",
+        lambda: f"xoxb-{RNG.randrange(10**11, 10**12)}-{RNG.randrange(10**12, 10**13)}-{_random(ALNUM, 24)}",
+    ),
+    _plain("google", lambda: "AIza" + _random(ALNUM + "-_", 35)),
+    _plain("stripe", lambda: "sk_live_" + _random(ALNUM, 24)),
+    _pem,
+    _jwt,
+    _labelled("url-credentials", "postgres://app:{}@db.internal:5432/prod", lambda: _random(ALNUM, 20)),
+    _labelled("authorization-bearer", "Authorization: Bearer {}", lambda: _random(ALNUM + "._-", 40)),
+    _labelled(
+        "authorization-basic",
+        "Authorization: Basic {}",
+        lambda: base64.b64encode(_random(ALNUM, 24).encode()).decode(),
+    ),
+    _labelled("cookie", "Cookie: session={}; theme=dark", lambda: _random(ALNUM, 32)),
+    _labelled("set-cookie", "Set-Cookie: sid={}; Path=/; HttpOnly", lambda: _random(ALNUM, 32)),
+    _labelled("password-json", '{{"password": "{}"}}', lambda: _random(ALNUM + "!#$", 14)),
+    _labelled("api-key-env", "OPENAI_API_KEY={}", lambda: _random(ALNUM, 40)),
+)
+
+PLACEMENTS: tuple[Callable[[str], str], ...] = (
+    lambda s: s,
+    lambda s: f"My key is:\n{s}",
+    lambda s: f"key\t{s}",
+    lambda s: f'use "{s}" here',
+    lambda s: f"use '{s}' here",
+    lambda s: json.dumps({"value": s, "note": "line\nbreak"}),
+    lambda s: json.dumps(f"escaped:\n{s}\ttail"),
+    lambda s: json.dumps([{"role": "user", "content": json.dumps({"cfg": f"\n{s}"})}]),
+    lambda s: "https://example.com/cb?state=" + quote(f"x {s} y", safe=""),
+    lambda s: "q=" + quote_plus(f"line one\n{s}"),
+    lambda s: f"<pre>{s}</pre>",
+    lambda s: f"\u201c{s}\u201d",
+    lambda s: f"a,{s},b",
+    lambda s: "literal \\n" + s + "\\t",
+    lambda s: f"Headers:\r\n{s}\r\n",
+    lambda s: f"({s})",
+)
+
+
+@dataclass(frozen=True)
+class Placement:
+    secret: Secret
+    text: str
+    context: str
+    """A benign marker next to the secret: content that must arrive when capture is on."""
+
+
+def _corpus() -> list[Placement]:
+    corpus = []
+    for make in SECRETS:
+        for place in PLACEMENTS:
+            secret = make()
+            context = f"ctx{uuid.uuid4().hex[:12]}"
+            corpus.append(Placement(secret, f"{context} {place(secret.text)}", context))
+    return corpus
+
+
+CORPUS = _corpus()
+
+
+def _encodings(value: str) -> set[bytes]:
+    """``value`` as it could appear on the wire: plain, JSON-escaped (once, twice), URL-encoded."""
+    once = json.dumps(value)[1:-1]
+    forms = {value, once, json.dumps(once)[1:-1], quote(value, safe=""), quote_plus(value), quote(value)}
+    return {form.encode() for form in forms}
+
+
+def _leaks(payload: bytes, placement: Placement) -> list[str]:
+    found = []
+    for value in placement.secret.values:
+        middle = value[len(value) // 2 - 6 : len(value) // 2 + 6]
+        if any(form in payload for form in _encodings(middle)):
+            found.append(f"{placement.secret.kind}: {placement.text!r}")
+    return found
+
+
+def _send(otel: KaosOtelManager, placement: Placement) -> None:
+    log = logging.getLogger(LOGGER)
+    text = placement.text
+    with otel.invoke_agent("assistant", attributes={"app.note": text}) as run:
+        run.span.add_event("note", {"text": text})
+        with otel.model_call("assistant", "gpt-4o-mini") as model:
+            model.record_messages(
+                [{"role": "user", "content": text}], [{"role": "assistant", "content": text}]
+            )
+        with otel.tool_call("assistant", "lookup", arguments={"query": text}):
+            log.warning("looked up %s", text)
+        try:
+            with otel.tool_call("assistant", "failing"):
+                raise ValueError(text)
+        except ValueError:
+            log.exception("tool failed: %s", text)
+
+
+def test_corpus_is_large_and_every_secret_is_masked_by_the_redactor() -> None:
+    assert len(CORPUS) >= 300
+    assert len({p.secret.kind for p in CORPUS}) == len(SECRETS)
+    unmasked = [p.text for p in CORPUS if _leaks(default_redactor(p.text).encode(), p)]
+    assert unmasked == []
+
+
+@pytest.mark.parametrize("capture", list(ContentCapture))
+def test_no_secret_of_the_corpus_reaches_the_receiver(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, capture: ContentCapture
+) -> None:
+    logging.getLogger(LOGGER).setLevel(logging.INFO)
+    otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": capture.value})
+    for placement in CORPUS:
+        _send(otel, placement)
+    spans, logs = 4 * len(CORPUS), 2 * len(CORPUS)
+    assert otel.force_flush(30)
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) >= spans and len(r.logs()) >= logs, 60)
+
+    payload = b"".join(request.SerializeToString() for request in otlp_receiver.raw_requests())
+    leaks = [leak for placement in CORPUS for leak in _leaks(payload, placement)]
+    assert leaks == [], f"{len(leaks)} of {len(CORPUS)} placements leaked: {leaks[:5]}"
+    # the texts did reach the receiver (the test can fail): every context marker is there
+    assert all(p.context.encode() in payload for p in CORPUS)
+    assert REDACTED.encode() in payload
+
+
+BENIGN: tuple[Callable[[], str], ...] = (
+    lambda: str(uuid.uuid4()),
+    lambda: uuid.uuid4().hex,
+    lambda: _random("0123456789abcdef", 40),  # a git commit id / SHA-1
+    lambda: _random("0123456789abcdef", 64),  # SHA-256
+    lambda: base64.b64encode(RNG.randbytes(RNG.randrange(12, 90))).decode(),
+    lambda: base64.urlsafe_b64encode(RNG.randbytes(RNG.randrange(12, 90))).decode(),
+    lambda: f"def {_random(string.ascii_lowercase, 8)}(x: int) -> int:\n    return x * {RNG.randrange(99)}\n",
+    lambda: (
+        f"for task in tasks:\n    task-manager --disk-usage {RNG.randrange(9)}"
+        f" --max_tokens={RNG.randrange(4096)}"
+    ),
+    lambda: json.dumps({"model": "gpt-4o-mini", "max_tokens": RNG.randrange(4096), "input_tokens": 12}),
+    lambda: f"https://example.com/docs/{_random(string.ascii_lowercase, 10)}?page={RNG.randrange(50)}#top",
+    lambda: f"/var/lib/kaos/{uuid.uuid4().hex}/memory.db",
+    lambda: (
+        f"2026-11-30T18:{RNG.randrange(60):02d}:00Z"
+        f" v{RNG.randrange(9)}.{RNG.randrange(99)}.{RNG.randrange(99)}"
+    ),
+    lambda: f"The primary key of the table is id; ask the {_random(string.ascii_lowercase, 6)} team.",
+    lambda: f"SELECT id, content FROM turns WHERE session_id = '{uuid.uuid4()}' LIMIT {RNG.randrange(50)}",
+    lambda: (
+        f"The token budget is {RNG.randrange(9000)} tokens;"
+        f" risk-assessment-for-quarterly-review-{RNG.randrange(99)}"
+    ),
+)
+
+
+def test_false_positive_rate_on_benign_text_is_measured_and_low() -> None:
+    corpus = [make() for make in BENIGN for _ in range(100)]
+    altered = [text for text in corpus if default_redactor(text) != text]
+    rate = len(altered) / len(corpus)
+    print(f"benign corpus: {len(corpus)} texts, {len(altered)} altered, false-positive rate {rate:.2%}")
+    assert rate <= 0.01, altered[:10]
