@@ -7,14 +7,16 @@ response the client cut short (it disconnected before the last chunk) ends ``can
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from kaos_otel import catalog
 from kaos_otel._config import TrustPolicy
-from kaos_otel._internal_log import internal_error, log_once
+from kaos_otel._internal_log import internal_error
 from kaos_otel._telemetry import AgentTelemetry
 from kaos_otel.catalog import Outcome
 from kaos_otel.propagation import extract_incoming
@@ -35,7 +37,22 @@ FASTAPI_NATIVE_TELEMETRY_OFF: TelemetryConfig = {"tracing": False, "metrics": Fa
 FastAPI (0.16x) ships its own OpenTelemetry around the whole application: with it on, every
 request gets a second server span, the agent span hangs off FastAPI's endpoint span, and its
 error logs carry exception messages regardless of the content policy.
+:func:`kaos_otel.instrumentation.fastapi.instrument_app` turns it off for you.
 """
+
+_log = logging.getLogger("kaos_otel")
+_NATIVE_TELEMETRY_FIX = (
+    "kaos-otel: FastAPI's native telemetry is on as well, so every request gets a second server "
+    "span. Fix: call kaos_otel.instrumentation.fastapi.instrument_app(app, otel) instead of "
+    "add_middleware, or create the app with FastAPI(telemetry=FASTAPI_NATIVE_TELEMETRY_OFF) "
+    "(from kaos_otel.instrumentation.asgi import FASTAPI_NATIVE_TELEMETRY_OFF)"
+)
+_OUTER_SERVER_SPAN_FIX = (
+    "kaos-otel: another instrumentation already opened a server span (%s) around this app, so every "
+    "request gets two. Fix: remove it (FastAPIInstrumentor.uninstrument_app(app), or "
+    "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi,asgi,starlette under opentelemetry-instrument), "
+    "or do not add kaos-otel's middleware twice"
+)
 
 
 _CLIENT_DISCONNECT = "client_disconnect"
@@ -67,17 +84,14 @@ class TraceContextMiddleware:
             frozenset(baggage_allowlist) if baggage_allowlist is not None else default_allowlist
         )
         self._excluded = frozenset(excluded_paths)
+        self._warned = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in self._excluded or not self._otel.enabled:
             await self.app(scope, receive, send)
             return
-        if "fastapi.telemetry" in scope:
-            log_once(
-                "fastapi-native-telemetry",
-                "kaos-otel: FastAPI's native telemetry is on as well and adds a second server span; "
-                "create the app with FastAPI(telemetry=FASTAPI_NATIVE_TELEMETRY_OFF)",
-            )
+        if not self._warned:
+            self._warn_if_doubled(scope)
         handle = self._begin(scope)
         status_code = 0
         completed = disconnected = False
@@ -118,6 +132,17 @@ class TraceContextMiddleware:
         except Exception as exc:
             internal_error("naming a server span", exc)
         handle.success()
+
+    def _warn_if_doubled(self, scope: Scope) -> None:
+        """Report, once per middleware, a second server span around this one (with the fix)."""
+        outer = trace.get_current_span()
+        if "fastapi.telemetry" in scope:
+            self._warned = True
+            _log.warning(_NATIVE_TELEMETRY_FIX)
+        elif outer.is_recording() and getattr(outer, "kind", None) is SpanKind.SERVER:
+            self._warned = True
+            scope_name = getattr(getattr(outer, "instrumentation_scope", None), "name", "unknown")
+            _log.warning(_OUTER_SERVER_SPAN_FIX, scope_name)
 
     def _begin(self, scope: Scope) -> Any:
         headers = {

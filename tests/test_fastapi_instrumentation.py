@@ -1,0 +1,228 @@
+"""``instrument_app``: one SERVER span per request, doubled spans reported with the fix, and
+telemetry flushed when ``uvicorn app:app`` or gunicorn's uvicorn workers get SIGTERM (real processes).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from net_support import free_port
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from kaos_otel import KaosOtelManager, catalog
+from kaos_otel.instrumentation.asgi import TraceContextMiddleware
+from kaos_otel.instrumentation.fastapi import instrument_app
+from kaos_otel.receiver import OtlpReceiver
+
+MakeOtel = Callable[..., KaosOtelManager]
+
+
+def _native_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A tracer provider for FastAPI's native telemetry, which is on whenever it has one."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def _agent_app(otel: KaosOtelManager, telemetry: dict[str, Any]) -> FastAPI:
+    app = FastAPI(telemetry=telemetry)  # type: ignore[arg-type]
+
+    @app.get("/ask")
+    async def ask() -> dict[str, str]:
+        with otel.invoke_agent("helper") as run, otel.agent_step(run):
+            pass
+        return {"answer": "ok"}
+
+    return app
+
+
+def _server_spans(receiver: OtlpReceiver) -> list[Any]:
+    return [s for s in receiver.spans() if s.kind == "SERVER"]
+
+
+@pytest.mark.fast
+def test_one_server_span_per_request_with_fastapis_native_telemetry_available(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    otel = make_otel()
+    provider, native = _native_provider()
+    app = _agent_app(otel, {"tracer_provider": provider})
+    instrument_app(app, otel)
+    with caplog.at_level(logging.WARNING, "kaos_otel"), TestClient(app) as client:
+        assert client.get("/ask").status_code == 200
+    # the lifespan's end flushed: nothing is waiting for a batch timer
+    (server,) = _server_spans(otlp_receiver)
+    assert server.name == "GET /ask"
+    (agent,) = [s for s in otlp_receiver.spans() if s.name == "invoke_agent helper"]
+    assert agent.parent_span_id == server.span_id
+    assert native.get_finished_spans() == ()
+    assert not caplog.records
+
+
+@pytest.mark.fast
+def test_middleware_added_by_hand_under_native_telemetry_warns_once_with_the_fix(
+    make_otel: MakeOtel, caplog: pytest.LogCaptureFixture
+) -> None:
+    otel = make_otel()
+    provider, native = _native_provider()
+    app = _agent_app(otel, {"tracer_provider": provider})
+    app.add_middleware(TraceContextMiddleware, otel=otel)
+    with caplog.at_level(logging.WARNING, "kaos_otel"), TestClient(app) as client:
+        assert client.get("/ask").status_code == 200
+        assert client.get("/ask").status_code == 200
+    assert [s.kind for s in native.get_finished_spans() if s.kind is SpanKind.SERVER] == [SpanKind.SERVER] * 2
+    (warning,) = [r for r in caplog.records if "second server span" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert "instrument_app(app, otel)" in warning.getMessage()
+    assert "from kaos_otel.instrumentation.asgi import FASTAPI_NATIVE_TELEMETRY_OFF" in warning.getMessage()
+
+
+@pytest.mark.fast
+def test_another_server_instrumentation_around_the_app_is_reported_once(
+    make_otel: MakeOtel, caplog: pytest.LogCaptureFixture
+) -> None:
+    otel = make_otel()
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    instrument_app(app, otel)
+    provider, _ = _native_provider()
+    tracer = provider.get_tracer("opentelemetry.instrumentation.asgi")
+
+    async def outer(scope: Any, receive: Any, send: Any) -> None:  # what OpenTelemetryMiddleware does
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        with tracer.start_as_current_span("GET", kind=SpanKind.SERVER):
+            await app(scope, receive, send)
+
+    with caplog.at_level(logging.WARNING, "kaos_otel"), TestClient(outer) as client:
+        assert client.get("/").status_code == 200
+        assert client.get("/").status_code == 200
+    (warning,) = [r for r in caplog.records if "another instrumentation" in r.getMessage()]
+    assert "(opentelemetry.instrumentation.asgi)" in warning.getMessage()
+    assert "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi,asgi,starlette" in warning.getMessage()
+
+
+@pytest.mark.fast
+def test_a_second_call_is_ignored(make_otel: MakeOtel, caplog: pytest.LogCaptureFixture) -> None:
+    otel = make_otel()
+    app = FastAPI()
+    instrument_app(app, otel)
+    with caplog.at_level(logging.WARNING, "kaos_otel"):
+        instrument_app(app, otel)
+    assert [m.cls for m in app.user_middleware] == [TraceContextMiddleware]
+    assert "already called" in caplog.text
+
+
+APP = """
+    from fastapi import FastAPI
+
+    from kaos_otel import KaosOtelManager
+    from kaos_otel.instrumentation.fastapi import instrument_app
+
+    otel = KaosOtelManager("sigterm-agent")
+    app = FastAPI()
+    instrument_app(app, otel)
+
+
+    @app.get("/ask")
+    async def ask() -> dict[str, str]:
+        with otel.invoke_agent("sigterm-agent") as run, otel.agent_step(run):
+            pass
+        return {"answer": "ok"}
+"""
+
+
+def _serve_then_sigterm(command: list[str], port: int, receiver: OtlpReceiver, tmp_path: Path) -> None:
+    """Start the app, answer one request, SIGTERM the process and wait for it to end."""
+    (tmp_path / "agent_app.py").write_text(textwrap.dedent(APP))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint,
+        # nothing would be exported before exit without the flush at lifespan end
+        "OTEL_BSP_SCHEDULE_DELAY": "600000",
+        "OTEL_BLRP_SCHEDULE_DELAY": "600000",
+        "OTEL_METRIC_EXPORT_INTERVAL": "600000",
+    }
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/ask"
+        deadline = time.monotonic() + 60
+        with httpx.Client(trust_env=False, timeout=5) as client:
+            while True:
+                assert server.poll() is None, (tmp_path / "server.log").read_text()
+                try:
+                    response = client.get(url)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "server never answered"
+                    time.sleep(0.1)
+        assert response.status_code == 200
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def _assert_exported_once(receiver: OtlpReceiver) -> None:
+    # the process has ended: whatever it flushed on the way out has been received
+    (server,) = _server_spans(receiver)
+    assert server.name == "GET /ask"
+    assert {s.name for s in receiver.spans() if s.trace_id == server.trace_id} >= {
+        "invoke_agent sigterm-agent", "agent_step",
+    }  # fmt: skip
+    requests = [p for p in receiver.metric_points() if p.name == catalog.KAOS_REQUESTS]
+    assert [p.value for p in requests] == [1]
+
+
+@pytest.mark.timeout(120)
+def test_plain_uvicorn_flushes_on_sigterm(otlp_receiver: OtlpReceiver, tmp_path: Path) -> None:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "agent_app:app",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    _serve_then_sigterm(command, port, otlp_receiver, tmp_path)
+    _assert_exported_once(otlp_receiver)
+
+
+@pytest.mark.timeout(120)
+def test_gunicorn_with_uvicorn_workers_flushes_on_sigterm(
+    otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    port = free_port()
+    command = [
+        sys.executable, "-m", "gunicorn", "agent_app:app", "--bind", f"127.0.0.1:{port}",
+        "--worker-class", "uvicorn_worker.UvicornWorker", "--workers", "1", "--log-level", "warning",
+    ]  # fmt: skip
+    _serve_then_sigterm(command, port, otlp_receiver, tmp_path)
+    _assert_exported_once(otlp_receiver)
