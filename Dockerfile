@@ -14,7 +14,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY kaos_otel ./kaos_otel
 COPY instrumented_agent ./instrumented_agent
-RUN pip install . \
+RUN pip install '.[agent]' \
     && useradd --system --uid 10001 --no-create-home kaos \
     && mkdir -p /var/lib/kaos && chown 10001 /var/lib/kaos
 

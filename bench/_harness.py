@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from kaos_otel import AgentTelemetry, ContentPolicy, TelemetrySettings, default_redactor
-from kaos_otel._manager import TRACER_NAME, build_sampler
+from kaos_otel._manager import TRACER_NAME
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds, metric_views
 from kaos_otel.exporters import TelemetryHealth
 
@@ -191,14 +191,11 @@ class NullPipeline:
 
 def null_pipeline(service: str = "bench") -> NullPipeline:
     """A :class:`NullPipeline` with the default settings (no content capture)."""
-    settings = TelemetrySettings.from_env({}, service_name=service)
+    settings = TelemetrySettings.from_env(service_name=service)
     limit = settings.attribute_value_length_limit
     resource = Resource.create({SERVICE_NAME: service})
     tracer_provider = TracerProvider(
-        resource=resource,
-        sampler=build_sampler(settings.sampler, settings.sampler_arg),
-        span_limits=SpanLimits(max_attribute_length=limit),
-        shutdown_on_exit=False,
+        resource=resource, span_limits=SpanLimits(max_attribute_length=limit), shutdown_on_exit=False
     )
     exporter = NullSpanExporter()
     tracer_provider.add_span_processor(BatchSpanProcessor(exporter))

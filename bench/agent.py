@@ -138,13 +138,13 @@ async def alternate(requests: Mapping[str, Request], pairs: int, warmup: int = 3
 def telemetry_on(endpoint: str, **overrides: Any) -> KaosOtelManager:
     """A private manager exporting over OTLP/gRPC to ``endpoint`` (defaults otherwise)."""
     return KaosOtelManager(
-        AGENT, endpoint=endpoint, global_providers=False, bridge_logging=False, environ={}, **overrides
+        AGENT, endpoint=endpoint, global_providers=False, bridge_logging=False, **overrides
     )
 
 
 def telemetry_disabled() -> KaosOtelManager:
     """A manager configured by ``OTEL_SDK_DISABLED=true``."""
-    return KaosOtelManager(AGENT, global_providers=False, environ={"OTEL_SDK_DISABLED": "true"})
+    return KaosOtelManager(AGENT, global_providers=False, disabled=True)
 
 
 def agent_overhead(pairs: int, model_latency_s: float) -> dict[str, Any]:

@@ -116,7 +116,6 @@ def memory_with_collector_down(spans: int, queue_size: int) -> dict[str, Any]:
         export_timeout_s=2,
         global_providers=False,
         bridge_logging=False,
-        environ={},
     )
     made = 0
 

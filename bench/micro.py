@@ -186,7 +186,7 @@ def logfire_costs(config: MicroConfig) -> Comparison | str:
 
 def disabled_costs(config: MicroConfig) -> Comparison:
     """The ``OTEL_SDK_DISABLED=true`` path of each span style vs the API's no-op tracer."""
-    manager = KaosOtelManager("bench", global_providers=False, environ={"OTEL_SDK_DISABLED": "true"})
+    manager = KaosOtelManager("bench", global_providers=False, disabled=True)
     assert not manager.enabled
     noop = trace.NoOpTracer()
     attrs = ATTRIBUTES

@@ -5,10 +5,10 @@ metrics, logs, a bounded export pipeline), the span handle types, outcomes and s
 Names of everything emitted live in :mod:`kaos_otel.catalog`.
 """
 
-from kaos_otel._config import ContentCapture, Protocol, TelemetrySettings, TrustPolicy
+from kaos_otel._config import ContentCapture, OtlpProtocol, TelemetrySettings, TrustPolicy
 from kaos_otel._content import ContentPolicy, default_redactor
 from kaos_otel._logs import console_handler
-from kaos_otel._manager import KaosOtelManager
+from kaos_otel._manager import KaosOtelManager, configure
 from kaos_otel._metrics import metric_views
 from kaos_otel._spans import SpanHandle
 from kaos_otel._telemetry import AgentRun, AgentTelemetry, MemoryOperation, ModelCall
@@ -20,7 +20,6 @@ from kaos_otel.context import (
     submit_in_context,
     wrap_in_context,
 )
-from kaos_otel.distro import configure
 
 __all__ = [
     "AgentRun",
@@ -32,8 +31,8 @@ __all__ = [
     "MemoryScope",
     "MemoryTier",
     "ModelCall",
+    "OtlpProtocol",
     "Outcome",
-    "Protocol",
     "RequestOrigin",
     "SpanHandle",
     "TelemetrySettings",

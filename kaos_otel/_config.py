@@ -1,7 +1,14 @@
-"""Settings and the environment variables they read, in one place.
+"""What kaos-otel decides itself, and the explicit overrides of a manager.
 
-Every setting comes from the standard ``OTEL_*`` variables unless a constructor argument of
-:class:`~kaos_otel.KaosOtelManager` overrides it. Nothing here writes to ``os.environ``.
+The OpenTelemetry SDK and the OTLP exporters read their own ``OTEL_*`` variables (endpoints,
+headers, TLS, timeouts, compression, sampler, resource, limits, metric interval): kaos-otel
+builds them without passing values from the environment, so a manager exports exactly where
+and how a plain SDK setup given the same environment would. Read here is only what the SDK
+offers no public reader for: ``OTEL_SDK_DISABLED``, which signals have an endpoint (without one
+nothing is exported, rather than sent to a default address), which exporter class each signal's
+``OTEL_EXPORTER_OTLP[_SIGNAL]_PROTOCOL`` names, and kaos-otel's own variables. Constructor
+arguments of :class:`~kaos_otel.KaosOtelManager` are explicit overrides. Nothing here writes to
+``os.environ``.
 """
 
 from __future__ import annotations
@@ -11,24 +18,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
-from urllib.parse import unquote
 
-OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
-OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
-OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
-OTEL_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
-OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
-OTEL_EXPORTER_OTLP_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
-OTEL_EXPORTER_OTLP_TIMEOUT = "OTEL_EXPORTER_OTLP_TIMEOUT"
-OTEL_TRACES_SAMPLER = "OTEL_TRACES_SAMPLER"
-OTEL_TRACES_SAMPLER_ARG = "OTEL_TRACES_SAMPLER_ARG"
-OTEL_BSP_SCHEDULE_DELAY = "OTEL_BSP_SCHEDULE_DELAY"
-OTEL_BSP_MAX_QUEUE_SIZE = "OTEL_BSP_MAX_QUEUE_SIZE"
-OTEL_BSP_MAX_EXPORT_BATCH_SIZE = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
-OTEL_BLRP_SCHEDULE_DELAY = "OTEL_BLRP_SCHEDULE_DELAY"
-OTEL_BLRP_MAX_QUEUE_SIZE = "OTEL_BLRP_MAX_QUEUE_SIZE"
-OTEL_METRIC_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
-OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+from opentelemetry.sdk.environment_variables import (
+    OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT,
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_LOGS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_LOGS_PROTOCOL,
+    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+    OTEL_EXPORTER_OTLP_PROTOCOL,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_SDK_DISABLED,
+    OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT,
+)
+
 OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 KAOS_OTEL_CONSOLE = "KAOS_OTEL_CONSOLE"
 KAOS_OTEL_TRUST = "KAOS_OTEL_TRUST"
@@ -37,12 +41,23 @@ KAOS_OTEL_BAGGAGE_ALLOWLIST = "KAOS_OTEL_BAGGAGE_ALLOWLIST"
 _E = TypeVar("_E", bound=StrEnum)
 
 SIGNALS = ("traces", "metrics", "logs")
+SIGNAL_ENDPOINTS = {
+    "traces": OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    "metrics": OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    "logs": OTEL_EXPORTER_OTLP_LOGS_ENDPOINT,
+}
+SIGNAL_PROTOCOLS = {
+    "traces": OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    "metrics": OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+    "logs": OTEL_EXPORTER_OTLP_LOGS_PROTOCOL,
+}
 DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT = 8192
-DEFAULT_EXPORT_TIMEOUT_S = 5.0
+"""The attribute value cap when neither ``OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`` sets one (the SDK
+has none): prompts and stack traces must not make spans of megabytes."""
 
 
-class Protocol(StrEnum):
-    """OTLP transport (``OTEL_EXPORTER_OTLP_PROTOCOL``)."""
+class OtlpProtocol(StrEnum):
+    """OTLP transport (``OTEL_EXPORTER_OTLP_PROTOCOL`` and its per-signal variants)."""
 
     GRPC = "grpc"
     HTTP_PROTOBUF = "http/protobuf"
@@ -85,24 +100,25 @@ class TrustPolicy(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class TelemetrySettings:
-    """Resolved configuration of one :class:`~kaos_otel.KaosOtelManager`."""
+    """What one :class:`~kaos_otel.KaosOtelManager` decided, and its explicit overrides.
 
-    service_name: str = "unknown_service"
-    resource_attributes: Mapping[str, str] = field(default_factory=dict)
+    ``None`` means "as the SDK reads it from the environment".
+    """
+
     disabled: bool = False
     endpoints: Mapping[str, str] = field(default_factory=dict)
-    """Per-signal OTLP endpoint (full URL for http/protobuf, host URL for gRPC); empty = no export."""
-    protocol: Protocol = Protocol.GRPC
-    headers: Mapping[str, str] = field(default_factory=dict)
-    export_timeout_s: float = DEFAULT_EXPORT_TIMEOUT_S
-    sampler: str = "parentbased_always_on"
-    sampler_arg: str | None = None
-    span_schedule_delay_ms: int = 1000
-    span_max_queue_size: int = 2048
-    span_max_export_batch_size: int = 512
-    log_schedule_delay_ms: int = 1000
-    log_max_queue_size: int = 2048
-    metric_export_interval_ms: int = 60000
+    """Signals that export, and where (the override, else the variable); empty = no export."""
+    protocols: Mapping[str, OtlpProtocol] = field(default_factory=dict)
+    """Each exporting signal's transport."""
+    endpoint: str | None = None
+    """Explicit base endpoint for every signal (``/v1/<signal>`` is added for HTTP)."""
+    service_name: str | None = None
+    resource_attributes: Mapping[str, str] | None = None
+    headers: Mapping[str, str] | None = None
+    export_timeout_s: float | None = None
+    metric_export_interval_ms: int | None = None
+    span_schedule_delay_ms: int | None = None
+    span_max_queue_size: int | None = None
     attribute_value_length_limit: int = DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
     capture_content: ContentCapture = ContentCapture.NO_CONTENT
     console: bool = False
@@ -114,107 +130,81 @@ class TelemetrySettings:
         """At least one signal has an OTLP endpoint."""
         return bool(self.endpoints)
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> TelemetrySettings:
-        """Read the ``OTEL_*`` variables, then apply non-``None`` overrides."""
-        env = os.environ if environ is None else environ
-        protocol = _enum(Protocol, env.get(OTEL_EXPORTER_OTLP_PROTOCOL), Protocol.GRPC)
-        settings = cls(
-            service_name=env.get(OTEL_SERVICE_NAME) or "unknown_service",
-            resource_attributes=parse_key_values(env.get(OTEL_RESOURCE_ATTRIBUTES, "")),
-            disabled=_bool(env.get(OTEL_SDK_DISABLED)),
-            endpoints=_endpoints(env, protocol, env.get(OTEL_EXPORTER_OTLP_ENDPOINT)),
-            protocol=protocol,
-            headers=parse_key_values(env.get(OTEL_EXPORTER_OTLP_HEADERS, "")),
-            export_timeout_s=_int(env, OTEL_EXPORTER_OTLP_TIMEOUT, int(DEFAULT_EXPORT_TIMEOUT_S * 1000))
-            / 1000,
-            sampler=env.get(OTEL_TRACES_SAMPLER) or "parentbased_always_on",
-            sampler_arg=env.get(OTEL_TRACES_SAMPLER_ARG),
-            span_schedule_delay_ms=_int(env, OTEL_BSP_SCHEDULE_DELAY, 1000),
-            span_max_queue_size=_int(env, OTEL_BSP_MAX_QUEUE_SIZE, 2048),
-            span_max_export_batch_size=_int(env, OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512),
-            log_schedule_delay_ms=_int(env, OTEL_BLRP_SCHEDULE_DELAY, 1000),
-            log_max_queue_size=_int(env, OTEL_BLRP_MAX_QUEUE_SIZE, 2048),
-            metric_export_interval_ms=_int(env, OTEL_METRIC_EXPORT_INTERVAL, 60000),
-            attribute_value_length_limit=_int(
-                env, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
-            ),
-            capture_content=_capture(env.get(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)),
-            console=_bool(env.get(KAOS_OTEL_CONSOLE)),
-            trust=_enum(TrustPolicy, env.get(KAOS_OTEL_TRUST), TrustPolicy.TRUSTED),
-            baggage_allowlist=frozenset(
-                key.strip() for key in env.get(KAOS_OTEL_BAGGAGE_ALLOWLIST, "").split(",") if key.strip()
-            ),
-        )
-        return settings.with_overrides(**overrides)
+    @property
+    def attribute_limit_from_environment(self) -> bool:
+        """Whether an ``OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`` variable set the attribute cap."""
+        return _attribute_limit(os.environ) is not None
 
-    def with_overrides(self, **overrides: Any) -> TelemetrySettings:
-        """A copy with every non-``None`` override applied (``endpoint`` sets all signals)."""
+    @classmethod
+    def from_env(cls, **overrides: Any) -> TelemetrySettings:
+        """Read what the SDK has no reader for from ``os.environ``, then apply non-``None`` overrides."""
+        env = os.environ
         values = {key: value for key, value in overrides.items() if value is not None}
-        protocol = _enum(Protocol, values.pop("protocol", None), self.protocol)
+        protocol = values.pop("protocol", None)
         endpoint = values.pop("endpoint", None)
+        endpoints: dict[str, str] = {}
+        protocols: dict[str, OtlpProtocol] = {}
+        for signal in SIGNALS:
+            where = _signal_endpoint(env, signal, endpoint, protocol)
+            if where:
+                endpoints[signal] = where
+                protocols[signal] = _enum(
+                    OtlpProtocol,
+                    protocol or env.get(SIGNAL_PROTOCOLS[signal]) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL),
+                    OtlpProtocol.GRPC,
+                )
         capture = values.pop("capture_content", None)
         if isinstance(capture, bool):
             values["capture_content"] = (
                 ContentCapture.SPAN_AND_EVENT if capture else ContentCapture.NO_CONTENT
             )
-        elif capture is not None:
-            values["capture_content"] = _capture(str(capture))
-        if "trust" in values:
-            values["trust"] = _enum(TrustPolicy, values["trust"], self.trust)
-        if endpoint is not None:
-            values["endpoints"] = _endpoints({}, protocol, endpoint)
-        elif protocol is not self.protocol and self.endpoints:
-            values["endpoints"] = _endpoints({}, protocol, _base_endpoint(self.endpoints, self.protocol))
-        return replace(self, protocol=protocol, **values)
+        else:
+            from_env = env.get(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
+            values["capture_content"] = _capture(str(capture) if capture is not None else from_env)
+        trust = values.get("trust", env.get(KAOS_OTEL_TRUST))
+        values["trust"] = _enum(TrustPolicy, trust, TrustPolicy.TRUSTED)
+        values.setdefault("disabled", _bool(env.get(OTEL_SDK_DISABLED)))
+        values.setdefault("console", _bool(env.get(KAOS_OTEL_CONSOLE)))
+        values.setdefault(
+            "attribute_value_length_limit", _attribute_limit(env) or DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
+        )
+        return replace(
+            cls(),
+            endpoints=endpoints,
+            protocols=protocols,
+            endpoint=endpoint,
+            baggage_allowlist=frozenset(
+                key.strip() for key in env.get(KAOS_OTEL_BAGGAGE_ALLOWLIST, "").split(",") if key.strip()
+            ),
+            **values,
+        )
 
 
-def parse_key_values(raw: str) -> dict[str, str]:
-    """Parse ``k1=v1,k2=v2`` (W3C-baggage style, percent-decoded); malformed pairs are skipped."""
-    pairs: dict[str, str] = {}
-    for item in raw.split(","):
-        key, sep, value = item.partition("=")
-        if sep and key.strip():
-            pairs[unquote(key.strip())] = unquote(value.strip())
-    return pairs
+def _signal_endpoint(
+    env: Mapping[str, str], signal: str, endpoint: str | None, protocol: str | None
+) -> str | None:
+    """Where ``signal`` goes: the explicit endpoint, else the per-signal or base variable."""
+    if endpoint:
+        if _enum(OtlpProtocol, protocol, OtlpProtocol.GRPC) is OtlpProtocol.HTTP_PROTOBUF:
+            return endpoint.rstrip("/") + f"/v1/{signal}"
+        return endpoint
+    return env.get(SIGNAL_ENDPOINTS[signal]) or env.get(OTEL_EXPORTER_OTLP_ENDPOINT) or None
 
 
-def _signal_path(signal: str) -> str:
-    return f"/v1/{signal}"
-
-
-def _endpoints(env: Mapping[str, str], protocol: Protocol, base: str | None) -> dict[str, str]:
-    """Resolve each signal's endpoint from the base and the per-signal variables."""
-    resolved: dict[str, str] = {}
-    for signal in SIGNALS:
-        specific = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
-        if specific:
-            resolved[signal] = specific
-        elif base:
-            stripped = base.rstrip("/")
-            resolved[signal] = stripped if protocol is Protocol.GRPC else stripped + _signal_path(signal)
-    return resolved
-
-
-def _base_endpoint(endpoints: Mapping[str, str], protocol: Protocol) -> str:
-    """Recover the base endpoint from resolved per-signal endpoints."""
-    first = next(iter(endpoints.values()))
-    if protocol is Protocol.HTTP_PROTOBUF:
-        for signal in SIGNALS:
-            if first.endswith(_signal_path(signal)):
-                return first[: -len(_signal_path(signal))]
-    return first
+def _attribute_limit(env: Mapping[str, str]) -> int | None:
+    """The SDK's span attribute value cap if a variable sets one (the specific one first)."""
+    for name in (OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT):
+        raw = env.get(name, "").strip()
+        if raw:
+            try:
+                return max(0, int(raw))
+            except ValueError:
+                return None
+    return None
 
 
 def _bool(raw: str | None) -> bool:
     return (raw or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _int(env: Mapping[str, str], key: str, default: int) -> int:
-    try:
-        return int(float(env[key]))
-    except (KeyError, ValueError):
-        return default
 
 
 def _capture(raw: str | None) -> ContentCapture:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
-from typing import Any
+from contextvars import ContextVar
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry._logs import LoggerProvider
-from opentelemetry.instrumentation.logging.handler import LoggingHandler
+from opentelemetry._logs import LoggerProvider, LogRecord, SeverityNumber
+from opentelemetry.util.types import AnyValue
 
 from kaos_otel._content import ContentPolicy
+from kaos_otel._internal_log import internal_error
 
 CONTENT_LOGGERS: tuple[str, ...] = ("mem0",)
 """Loggers whose records contain user content (mem0 logs memory text at INFO/DEBUG)."""
@@ -22,22 +25,50 @@ CONSOLE_FORMAT = (
     "%(asctime)s %(levelname)s [trace_id=%(otelTraceID)s span_id=%(otelSpanID)s] %(name)s: %(message)s"
 )
 
+_STANDARD_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "otelTraceID",
+    "otelSpanID",
+}
+"""``logging.LogRecord`` fields that are not user ``extra=`` values."""
+
+_SEVERITY_TEXT = {"WARNING": "WARN", "CRITICAL": "FATAL"}
+_emitting: ContextVar[bool] = ContextVar("kaos_otel_log_emitting", default=False)
+
 
 def _matches(name: str, prefixes: Iterable[str]) -> bool:
     return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
 
 
-class KaosLoggingHandler(LoggingHandler):
-    """OTLP logging handler that applies the content policy.
+def severity_number(levelno: int) -> SeverityNumber:
+    """The OpenTelemetry severity of a Python logging level (the data model's mapping)."""
+    if levelno < logging.DEBUG:
+        return SeverityNumber.TRACE
+    if levelno < logging.INFO:
+        return SeverityNumber.DEBUG
+    if levelno < logging.WARNING:
+        return SeverityNumber.INFO
+    if levelno < logging.ERROR:
+        return SeverityNumber.WARN
+    if levelno < logging.CRITICAL:
+        return SeverityNumber.ERROR
+    return SeverityNumber.FATAL
+
+
+class KaosLoggingHandler(logging.Handler):
+    """Python ``logging`` records to an OpenTelemetry logger provider, under the content policy.
 
     Records from content loggers are dropped unless content capture is on; exception messages
-    are left out unless content capture is on (type and stack frames are kept).
+    are left out unless content capture is on (type and stack frames are kept). A record logged
+    while this handler emits (an exporter complaining about the record) is not exported again.
     """
 
     def __init__(
         self, logger_provider: LoggerProvider, policy: ContentPolicy, level: int = logging.NOTSET
     ) -> None:
-        super().__init__(level=level, logger_provider=logger_provider)
+        super().__init__(level=level)
+        self.logger_provider = logger_provider
         self._policy = policy
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -48,13 +79,36 @@ class KaosLoggingHandler(LoggingHandler):
             return False
         return bool(super().filter(record))
 
-    def _get_attributes(self, record: logging.LogRecord) -> tuple[dict[str, Any], str | None]:
-        attributes, event_name = super()._get_attributes(record)
+    def emit(self, record: logging.LogRecord) -> None:
+        """Translate and emit ``record``; never raises."""
+        if _emitting.get():
+            return
+        token = _emitting.set(True)
+        try:
+            logger = self.logger_provider.get_logger(record.name)
+            logger.emit(self._translate(record))
+        except Exception as exc:
+            internal_error("log record export", exc)
+        finally:
+            _emitting.reset(token)
+
+    def _translate(self, record: logging.LogRecord) -> LogRecord:
+        attributes: dict[str, AnyValue] = {
+            key: value for key, value in vars(record).items() if key not in _STANDARD_RECORD_FIELDS
+        }
         if record.exc_info and record.exc_info[1] is not None:
             exception = self._policy.exception_attributes(record.exc_info[1])
             exception.pop("exception.escaped", None)
             attributes.update(exception)
-        return attributes, event_name
+        return LogRecord(
+            timestamp=int(record.created * 1e9),
+            observed_timestamp=time.time_ns(),
+            context=otel_context.get_current(),
+            severity_text=_SEVERITY_TEXT.get(record.levelname, record.levelname),
+            severity_number=severity_number(record.levelno),
+            body=self.format(record) if self.formatter else record.getMessage(),
+            attributes=attributes,
+        )
 
 
 class TraceContextFilter(logging.Filter):

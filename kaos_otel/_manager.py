@@ -5,41 +5,25 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics, trace
-from opentelemetry._logs import get_logger_provider, set_logger_provider
-from opentelemetry._logs._internal import ProxyLoggerProvider
-from opentelemetry.metrics._internal import _ProxyMeterProvider
+from opentelemetry._logs import NoOpLoggerProvider, get_logger_provider, set_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.environment_variables import OTEL_BLRP_MAX_EXPORT_BATCH_SIZE
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
     MetricReader,
     PeriodicExportingMetricReader,
 )
-from opentelemetry.sdk.resources import (
-    SERVICE_NAME,
-    TELEMETRY_SDK_LANGUAGE,
-    TELEMETRY_SDK_NAME,
-    TELEMETRY_SDK_VERSION,
-    Resource,
-    ServiceInstanceIdResourceDetector,
-)
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-from opentelemetry.sdk.trace.sampling import (
-    ALWAYS_OFF,
-    ALWAYS_ON,
-    ParentBased,
-    Sampler,
-    TraceIdRatioBased,
-)
-from opentelemetry.sdk.version import __version__ as sdk_version
 
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy, Redactor, default_redactor
@@ -48,11 +32,11 @@ from kaos_otel._logs import KaosLoggingHandler
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds, metric_views
 from kaos_otel._telemetry import AgentTelemetry
 from kaos_otel.exporters import (
-    CountingBatchSpanProcessor,
+    BatchSettings,
     CountingLogExporter,
-    CountingLogRecordProcessor,
-    CountingMetricExporter,
+    LogBatchProcessor,
     SanitizingSpanExporter,
+    SpanBatchProcessor,
     TelemetryHealth,
     otlp_log_exporter,
     otlp_metric_exporter,
@@ -63,69 +47,63 @@ _log = logging.getLogger("kaos_otel")
 TRACER_NAME = "kaos_otel"
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 LOG_EXPORT_BATCH_SIZE = 128
-"""Log records per export request: at the capped sizes (8 KiB body plus capped exception
-attributes) a batch stays well under the 4 MiB a gRPC receiver or collector accepts."""
+"""Log records per export request unless ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` says otherwise: at
+the capped sizes (8 KiB body plus capped exception attributes) a batch stays well under the
+4 MiB a gRPC receiver or collector accepts."""
 
 
-def build_sampler(name: str, arg: str | None) -> Sampler:
-    """The sampler named by ``OTEL_TRACES_SAMPLER`` (unknown names fall back to parent-based on)."""
-    try:
-        ratio = float(arg) if arg else 1.0
-    except ValueError:
-        ratio = 1.0
-    samplers: dict[str, Callable[[], Sampler]] = {
-        "always_on": lambda: ALWAYS_ON,
-        "always_off": lambda: ALWAYS_OFF,
-        "traceidratio": lambda: TraceIdRatioBased(ratio),
-        "parentbased_always_on": lambda: ParentBased(ALWAYS_ON),
-        "parentbased_always_off": lambda: ParentBased(ALWAYS_OFF),
-        "parentbased_traceidratio": lambda: ParentBased(TraceIdRatioBased(ratio)),
-    }
-    return samplers.get(name.strip().lower(), samplers["parentbased_always_on"])()
+def build_resource(settings: TelemetrySettings) -> Resource:
+    """``Resource.create`` (which reads ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``),
+    with the explicit overrides on top."""
+    attributes = dict(settings.resource_attributes or {})
+    if settings.service_name is not None:
+        attributes[SERVICE_NAME] = settings.service_name
+    return Resource.create(attributes)
 
 
-def build_resource(settings: TelemetrySettings, *, from_process_env: bool = True) -> Resource:
-    """The resource of ``settings``; SDK resource detectors run only when reading ``os.environ``.
-
-    ``Resource.create`` merges ``OTEL_RESOURCE_ATTRIBUTES`` (and any detectors named in
-    ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS``) from the process environment, which must not leak in
-    when the settings came from an explicit ``environ`` mapping.
-    """
-    attributes = {**settings.resource_attributes, SERVICE_NAME: settings.service_name}
-    if from_process_env:
-        return Resource.create(attributes)
-    sdk = Resource(
-        {
-            TELEMETRY_SDK_LANGUAGE: "python",
-            TELEMETRY_SDK_NAME: "opentelemetry",
-            TELEMETRY_SDK_VERSION: sdk_version,
-        }
-    )
-    return sdk.merge(ServiceInstanceIdResourceDetector().detect()).merge(Resource(attributes))
+def span_limits(settings: TelemetrySettings) -> SpanLimits:
+    """The SDK's limits as it reads them, with kaos-otel's value cap when no variable sets one."""
+    if settings.attribute_limit_from_environment:
+        return SpanLimits()
+    return SpanLimits(max_attribute_length=settings.attribute_value_length_limit)
 
 
 def run_with_deadline(actions: Sequence[Callable[[], object]], timeout_s: float, what: str) -> bool:
     """Run each action on its own daemon thread, all at once, and wait at most ``timeout_s`` in total.
 
-    Returns ``False`` if any did not finish in time. Running them side by side means a hung
-    trace export cannot use up the time the logs and metrics needed to flush.
+    Returns ``False`` if any did not finish in time or returned ``False`` (a flush that gave up).
+    Running them side by side means a hung trace export cannot use up the time the logs and
+    metrics needed to flush.
     """
     deadline = time.monotonic() + max(0.0, timeout_s)
     events: list[threading.Event] = []
+    failed: list[int] = []
     for index, action in enumerate(actions):
         finished = threading.Event()
 
-        def target(action: Callable[[], object] = action, finished: threading.Event = finished) -> None:
+        def target(
+            action: Callable[[], object] = action, finished: threading.Event = finished, index: int = index
+        ) -> None:
             try:
-                action()
+                if action() is False:
+                    failed.append(index)
             except Exception as exc:
                 internal_error(what, exc)
+                failed.append(index)
             finally:
                 finished.set()
 
         threading.Thread(target=target, name=f"kaos-otel-{what}-{index}", daemon=True).start()
         events.append(finished)
-    return all(event.wait(max(0.0, deadline - time.monotonic())) for event in events)
+    in_time = all(event.wait(max(0.0, deadline - time.monotonic())) for event in events)
+    return in_time and not failed
+
+
+def _bridges_logging(handler: logging.Handler, provider: object) -> bool:
+    """Whether ``handler`` already sends records to OpenTelemetry logs (ours on ``provider``, or OTel's)."""
+    if isinstance(handler, KaosLoggingHandler):
+        return handler.logger_provider is provider
+    return type(handler).__module__.startswith("opentelemetry.")
 
 
 class KaosOtelManager(AgentTelemetry):
@@ -155,10 +133,8 @@ class KaosOtelManager(AgentTelemetry):
         redactor: Redactor = default_redactor,
         global_providers: bool = True,
         bridge_logging: bool = True,
-        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = TelemetrySettings.from_env(
-            environ,
             service_name=service_name,
             endpoint=endpoint,
             protocol=protocol,
@@ -177,7 +153,7 @@ class KaosOtelManager(AgentTelemetry):
         policy = ContentPolicy(settings.capture_content, redactor, settings.attribute_value_length_limit)
         self.health = TelemetryHealth()
         self._owned: list[Any] = []
-        self._counting: list[CountingBatchSpanProcessor | CountingLogRecordProcessor] = []
+        self._batches: list[SpanBatchProcessor | LogBatchProcessor] = []
         self._log_handler: logging.Handler | None = None
         self._shutdown_done = False
         self._lock = threading.Lock()
@@ -192,7 +168,7 @@ class KaosOtelManager(AgentTelemetry):
                 "no-endpoint",
                 "kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); telemetry is not exported",
             )
-        resource = build_resource(settings, from_process_env=environ is None)
+        resource = build_resource(settings)
         self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
         self.meter_provider = self._meter_provider(resource, global_providers)
         self.logger_provider = self._logger_provider(resource, policy, global_providers)
@@ -213,22 +189,21 @@ class KaosOtelManager(AgentTelemetry):
         if global_providers and not isinstance(current, trace.ProxyTracerProvider):
             return current
         settings = self.settings
+        # The sampler (OTEL_TRACES_SAMPLER[_ARG]) is the SDK's own reading of the environment.
         provider = TracerProvider(
-            resource=resource,
-            sampler=build_sampler(settings.sampler, settings.sampler_arg),
-            span_limits=SpanLimits(max_attribute_length=settings.attribute_value_length_limit),
-            shutdown_on_exit=False,
+            resource=resource, span_limits=span_limits(settings), shutdown_on_exit=False
         )
         if "traces" in settings.endpoints:  # each signal may have its own endpoint, or none
             exporter = SanitizingSpanExporter(otlp_span_exporter(settings), policy, self.health)
-            processor = CountingBatchSpanProcessor(
+            processor = SpanBatchProcessor(
                 exporter,
                 self.health,
-                schedule_delay_millis=settings.span_schedule_delay_ms,
-                max_queue_size=settings.span_max_queue_size,
-                max_export_batch_size=min(settings.span_max_export_batch_size, settings.span_max_queue_size),
+                BatchSettings.for_spans(
+                    schedule_delay_ms=settings.span_schedule_delay_ms,
+                    max_queue_size=settings.span_max_queue_size,
+                ),
             )
-            self._counting.append(processor)
+            self._batches.append(processor)
             provider.add_span_processor(processor)
         if settings.console:
             provider.add_span_processor(
@@ -241,16 +216,16 @@ class KaosOtelManager(AgentTelemetry):
 
     def _meter_provider(self, resource: Resource, global_providers: bool) -> metrics.MeterProvider:
         current = metrics.get_meter_provider()
-        if global_providers and not isinstance(current, _ProxyMeterProvider):
+        if global_providers and isinstance(current, MeterProvider | metrics.NoOpMeterProvider):
             return current
         settings = self.settings
         readers: list[MetricReader] = []
         if "metrics" in settings.endpoints:
+            # OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT are read by the reader unless overridden.
             readers.append(
                 PeriodicExportingMetricReader(
-                    CountingMetricExporter(otlp_metric_exporter(settings), self.health),
+                    otlp_metric_exporter(settings, self.health),
                     export_interval_millis=settings.metric_export_interval_ms,
-                    export_timeout_millis=settings.export_timeout_s * 1000,
                 )
             )
         if settings.console:
@@ -269,20 +244,20 @@ class KaosOtelManager(AgentTelemetry):
 
     def _logger_provider(self, resource: Resource, policy: ContentPolicy, global_providers: bool) -> Any:
         current = get_logger_provider()
-        if global_providers and not isinstance(current, ProxyLoggerProvider):
+        if global_providers and isinstance(current, LoggerProvider | NoOpLoggerProvider):
             return current
         settings = self.settings
         provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         if "logs" in settings.endpoints:
-            batch = BatchLogRecordProcessor(
+            batch_size = None if os.environ.get(OTEL_BLRP_MAX_EXPORT_BATCH_SIZE) else LOG_EXPORT_BATCH_SIZE
+            processor = LogBatchProcessor(
                 CountingLogExporter(otlp_log_exporter(settings), self.health),
-                schedule_delay_millis=settings.log_schedule_delay_ms,
-                max_queue_size=settings.log_max_queue_size,
-                max_export_batch_size=min(LOG_EXPORT_BATCH_SIZE, settings.log_max_queue_size),
+                policy,
+                self.health,
+                BatchSettings.for_logs(max_export_batch_size=batch_size),
             )
-            log_processor = CountingLogRecordProcessor(batch, policy, self.health)
-            self._counting.append(log_processor)
-            provider.add_log_record_processor(log_processor)
+            self._batches.append(processor)
+            provider.add_log_record_processor(processor)
         self._owned.append(provider)
         if global_providers:
             set_logger_provider(provider)
@@ -291,7 +266,7 @@ class KaosOtelManager(AgentTelemetry):
     def _bridge_logging(self, policy: ContentPolicy) -> None:
         """Send Python logging records to the OTLP log pipeline, with the active span's ids."""
         root = logging.getLogger()
-        if any(getattr(h, "_logger_provider", None) is self.logger_provider for h in root.handlers):
+        if any(_bridges_logging(handler, self.logger_provider) for handler in root.handlers):
             # Another manager on the same (global) providers, or the host's own OTel logging
             # handler, already bridges them: a second handler would export every record twice.
             return
@@ -333,6 +308,19 @@ class KaosOtelManager(AgentTelemetry):
         if not finished:
             # What the pipeline still holds will not be exported in time: count it as lost now,
             # while someone can still read the count (the process may be about to exit).
-            for processor in self._counting:
+            for processor in self._batches:
                 processor.abandon()
         return finished
+
+
+_default_lock = threading.Lock()
+_default: KaosOtelManager | None = None
+
+
+def configure(**settings: Any) -> KaosOtelManager:
+    """Create the process-wide default manager once (later calls return it unchanged)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = KaosOtelManager(**settings)
+        return _default

@@ -30,56 +30,32 @@ BOUNDED_KEYS = (
 )
 
 
-def is_kaos_meter(meter_name: str | None) -> bool:
-    """Whether a meter is kaos-otel's own (``kaos_otel`` or one of its instrumentations)."""
-    return meter_name is not None and (meter_name == METER_NAME or meter_name.startswith(METER_NAME + "."))
+KAOS_METER_NAMES = (METER_NAME, "kaos_otel.instrumentation.mem0")
+"""The meters kaos-otel records on: its own and its instrumentations'."""
 
 
 def metric_views(*, drop_unlisted: bool = True) -> list[View]:
-    """One View per catalog metric (allowed label keys, explicit buckets); others dropped.
+    """One View per catalog metric and kaos-otel meter (allowed label keys, explicit buckets).
 
-    The catalog's Views match only kaos-otel's own meters (``kaos_otel`` and its
-    instrumentations' ``kaos_otel.*``). Everything else on the provider is dropped, including
-    another library's instrument that shares a catalog name (such as an instrumentation's
+    The catalog's Views match only kaos-otel's own meters (:data:`KAOS_METER_NAMES`). With
+    ``drop_unlisted`` a last View drops every other instrument's stream, including another
+    library's instrument that shares a catalog name (such as an instrumentation's
     ``gen_ai.client.operation.duration``): its label values are not bounded and it would count
-    the same calls twice.
+    the same calls twice. Only the Views' public arguments are used.
     """
     views: list[View] = [
-        _CatalogView(
+        View(
             instrument_name=spec.name,
+            meter_name=meter_name,
             attribute_keys=set(spec.attributes),
             aggregation=ExplicitBucketHistogramAggregation(list(spec.buckets)) if spec.buckets else None,
         )
         for spec in catalog.METRICS
+        for meter_name in KAOS_METER_NAMES
     ]
     if drop_unlisted:
-        listed = {spec.name for spec in catalog.METRICS}
-        views.append(_DropUnlistedView(listed))
+        views.append(View(instrument_name="*", aggregation=DropAggregation()))
     return views
-
-
-def _meter_of(instrument: object) -> str | None:
-    name = getattr(getattr(instrument, "instrumentation_scope", None), "name", None)
-    return name if isinstance(name, str) else None
-
-
-class _CatalogView(View):
-    """A catalog metric's View, matching only instruments of kaos-otel's own meters."""
-
-    def _match(self, instrument: object) -> bool:
-        return is_kaos_meter(_meter_of(instrument)) and bool(super()._match(instrument))  # type: ignore[arg-type]
-
-
-class _DropUnlistedView(View):
-    """Drops every instrument that is not a catalog metric on one of kaos-otel's meters."""
-
-    def __init__(self, listed: set[str]) -> None:
-        super().__init__(instrument_name="*", aggregation=DropAggregation())
-        self._listed = listed
-
-    def _match(self, instrument: object) -> bool:
-        ours = is_kaos_meter(_meter_of(instrument)) and getattr(instrument, "name", None) in self._listed
-        return not ours and bool(super()._match(instrument))  # type: ignore[arg-type]
 
 
 _NAME = re.compile(r"[\w.:/@+-]{1,128}")

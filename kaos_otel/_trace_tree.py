@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kaos_otel import catalog
-from kaos_otel.receiver import ReceivedSpan
+
+if TYPE_CHECKING:  # the receiver (gRPC server, protobuf) is not imported with kaos_otel
+    from kaos_otel.receiver import ReceivedSpan
 
 __all__ = ["format_duration", "is_startup_trace", "render_trace_trees"]
 

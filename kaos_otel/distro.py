@@ -8,24 +8,11 @@ are loaded on top of it.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from opentelemetry.instrumentation.distro import BaseDistro  # type: ignore[attr-defined]
 
-from kaos_otel._manager import KaosOtelManager
-
-_lock = threading.Lock()
-_default: KaosOtelManager | None = None
-
-
-def configure(**settings: Any) -> KaosOtelManager:
-    """Create the process-wide default manager once (later calls return it unchanged)."""
-    global _default
-    with _lock:
-        if _default is None:
-            _default = KaosOtelManager(**settings)
-        return _default
+from kaos_otel._manager import configure
 
 
 class KaosDistro(BaseDistro):  # type: ignore[misc]

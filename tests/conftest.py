@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -25,12 +26,32 @@ def module_receiver() -> Iterator[OtlpReceiver]:
         yield receiver
 
 
+@pytest.fixture(autouse=True)
+def clean_otel_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``OTEL_*`` or ``KAOS_OTEL_*`` variable of the process reaches a test (the SDK reads them)."""
+    for name in list(os.environ):
+        if name.startswith(("OTEL_", "KAOS_OTEL_")):
+            monkeypatch.delenv(name)
+
+
+def set_environment(monkeypatch: pytest.MonkeyPatch, environ: Mapping[str, str]) -> None:
+    """Set (or, for empty values, remove) variables for the rest of the test."""
+    for name, value in environ.items():
+        if value:
+            monkeypatch.setenv(name, value)
+        else:
+            monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
-def make_otel(otlp_receiver: OtlpReceiver) -> Iterator[Callable[..., KaosOtelManager]]:
+def make_otel(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., KaosOtelManager]]:
     """Build private-provider managers exporting to ``otlp_receiver``; all shut down after the test.
 
-    ``make_otel("grpc" | "http/protobuf", environ={...}, **kwargs)``: the environment mapping is
-    layered over a fast-export default (``os.environ`` is never read or written).
+    ``make_otel("grpc" | "http/protobuf", environ={...}, **kwargs)``: the variables are set in
+    the process environment (for the rest of the test) over a fast-export default, since the
+    SDK and the exporters read them there.
     """
     managers: list[KaosOtelManager] = []
 
@@ -46,7 +67,8 @@ def make_otel(otlp_receiver: OtlpReceiver) -> Iterator[Callable[..., KaosOtelMan
             "OTEL_BLRP_SCHEDULE_DELAY": "50",
             **(environ or {}),
         }
-        manager = KaosOtelManager(global_providers=False, environ=env, **kwargs)
+        set_environment(monkeypatch, env)
+        manager = KaosOtelManager(global_providers=False, **kwargs)
         managers.append(manager)
         return manager
 

@@ -157,7 +157,7 @@ def make_manager(service: str, endpoint: str, protocol: str) -> KaosOtelManager:
         global_providers=False,
         metric_export_interval_ms=600_000,  # metrics leave on force_flush only
         redactor=lambda text: text,
-        environ={"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_BLRP_SCHEDULE_DELAY": "50"},
+        span_schedule_delay_ms=50,
     )
 
 

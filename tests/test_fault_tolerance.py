@@ -48,7 +48,7 @@ def make_manager() -> Iterator[MakeManager]:
             "bridge_logging": False,
             **overrides,
         }
-        manager = KaosOtelManager("fault-tolerance", endpoint=endpoint, environ={}, **settings)
+        manager = KaosOtelManager("fault-tolerance", endpoint=endpoint, **settings)
         built.append(manager)
         return manager
 
@@ -331,12 +331,14 @@ def test_huge_and_unserialisable_values_are_capped_and_the_batch_arrives(
     assert "unprintable" in odd["test.unprintable"].lower()
 
 
-def test_a_burst_of_huge_log_records_is_not_rejected(otlp_receiver: OtlpReceiver) -> None:
+def test_a_burst_of_huge_log_records_is_not_rejected(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Capped log records go out in batches a gRPC server accepts (none over its 4 MiB limit)."""
+    monkeypatch.setenv("OTEL_BLRP_SCHEDULE_DELAY", "5000")
     otel = KaosOtelManager(
         "fault-tolerance",
         endpoint=otlp_receiver.grpc_endpoint,
-        environ={"OTEL_BLRP_SCHEDULE_DELAY": "5000"},
         global_providers=False,
         bridge_logging=False,
     )

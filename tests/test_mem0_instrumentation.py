@@ -75,7 +75,6 @@ def _manager(receiver: OtlpReceiver, **kwargs: Any) -> KaosOtelManager:
         protocol="grpc",
         global_providers=False,
         metric_export_interval_ms=3_600_000,
-        environ={},
         **kwargs,
     )
 

@@ -3,7 +3,6 @@ host-installed providers, protocol selection and bounded flush/shutdown."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -72,18 +71,13 @@ def run_python(code: str, env: dict[str, str], timeout: float = 60) -> subproces
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_dead_collector_never_blocks_and_shutdown_meets_its_deadline(
-    protocol: str, closed_port: int, managers: list[KaosOtelManager]
+    protocol: str, closed_port: int, managers: list[KaosOtelManager], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    baseline = KaosOtelManager(global_providers=False, bridge_logging=False, environ={})
-    dead = KaosOtelManager(
-        global_providers=False,
-        bridge_logging=False,
-        environ={
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port}",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
-            "OTEL_BSP_SCHEDULE_DELAY": "20",
-        },
-    )
+    baseline = KaosOtelManager(global_providers=False, bridge_logging=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{closed_port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+    dead = KaosOtelManager(global_providers=False, bridge_logging=False)
     managers.extend([baseline, dead])
     assert not baseline.settings.exporting and dead.settings.exporting
 
@@ -203,7 +197,7 @@ async def test_sdk_disabled_is_a_noop(make_otel: MakeOtel, otlp_receiver: OtlpRe
     assert otel.shutdown(1) is True
 
     # a working manager on the same receiver proves the pipeline would have delivered
-    sentinel = make_otel()
+    sentinel = make_otel(environ={"OTEL_SDK_DISABLED": ""})
     with sentinel.span("sentinel"):
         pass
     assert sentinel.force_flush(5)
@@ -313,7 +307,7 @@ def test_protocol_from_environment_is_honoured(
     otel = make_otel(
         environ={"OTEL_EXPORTER_OTLP_PROTOCOL": protocol, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
     )
-    assert otel.settings.protocol.value == protocol
+    assert {p.value for p in otel.settings.protocols.values()} == {protocol}
     with otel.span(f"via {protocol}"):
         logging.getLogger("test.pipeline").warning("a log over %s", protocol)
     assert otel.force_flush(5)
@@ -323,17 +317,15 @@ def test_protocol_from_environment_is_honoured(
 
 
 def test_constructor_overrides_and_per_signal_endpoints(
-    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, managers: list[KaosOtelManager]
+    make_otel: MakeOtel,
+    otlp_receiver: OtlpReceiver,
+    managers: list[KaosOtelManager],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # the environment says gRPC at the HTTP port; the constructor's protocol wins
-    otel = KaosOtelManager(
-        protocol="http/protobuf",
-        global_providers=False,
-        environ={
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.http_endpoint,
-        },
-    )
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.http_endpoint)
+    otel = KaosOtelManager(protocol="http/protobuf", global_providers=False)
     managers.append(otel)
     with otel.span("override"):
         pass
@@ -380,10 +372,10 @@ def test_exporter_logging_is_not_fed_back_into_the_pipeline(
 
 
 def test_settings_never_touch_os_environ(make_otel: MakeOtel) -> None:
-    before = dict(os.environ)
     otel = make_otel(environ={"OTEL_SERVICE_NAME": "svc", "OTEL_RESOURCE_ATTRIBUTES": "a=b"})
+    before = dict(os.environ)
     with otel.span("s"):
         pass
     otel.shutdown(2)
     assert dict(os.environ) == before
-    assert json.dumps(otel.settings.resource_attributes) == '{"a": "b"}'
+    assert otel.settings.resource_attributes is None  # the SDK reads OTEL_RESOURCE_ATTRIBUTES itself

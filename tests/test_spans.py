@@ -122,19 +122,21 @@ def test_explicit_begin_success_failure(
     assert "RuntimeError" not in str(failed.attributes) + str(event.attributes)
 
 
-def test_resource_comes_from_environ_mapping_only(
-    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+def test_explicit_resource_arguments_override_the_environment(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:
-    """``environ=`` replaces ``os.environ``: nothing of the process environment leaks in."""
-    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "leaked=yes")
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "leaked-service")
-    otel = make_otel(environ={"OTEL_SERVICE_NAME": "svc-env", "OTEL_RESOURCE_ATTRIBUTES": "mine=1"})
+    """Constructor arguments win over ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``; the rest stays."""
+    otel = make_otel(
+        environ={"OTEL_SERVICE_NAME": "svc-env", "OTEL_RESOURCE_ATTRIBUTES": "mine=1,team=env"},
+        service_name="svc-arg",
+        resource_attributes={"team": "arg"},
+    )
     with otel.span("s"):
         pass
     span = one(collect(otel, otlp_receiver, 1), "s")
-    assert span.resource["service.name"] == "svc-env"
+    assert span.resource["service.name"] == "svc-arg"
     assert span.resource["mine"] == "1"
-    assert "leaked" not in span.resource
+    assert span.resource["team"] == "arg"
 
 
 # --- context manager --------------------------------------------------------------------------

@@ -1,21 +1,16 @@
-"""Exporters and export-path wrappers (OTLP, telemetry health, content cleaning)."""
+"""Exporters, batch processors and export-path wrappers (OTLP, telemetry health, content cleaning)."""
 
+from kaos_otel.exporters.batch import BatchSettings, LogBatchProcessor, SpanBatchProcessor
 from kaos_otel.exporters.health import TelemetryHealth
 from kaos_otel.exporters.otlp import otlp_log_exporter, otlp_metric_exporter, otlp_span_exporter
-from kaos_otel.exporters.pipeline import (
-    CountingBatchSpanProcessor,
-    CountingLogExporter,
-    CountingLogRecordProcessor,
-    CountingMetricExporter,
-    SanitizingSpanExporter,
-)
+from kaos_otel.exporters.pipeline import CountingLogExporter, SanitizingSpanExporter
 
 __all__ = [
-    "CountingBatchSpanProcessor",
+    "BatchSettings",
     "CountingLogExporter",
-    "CountingLogRecordProcessor",
-    "CountingMetricExporter",
+    "LogBatchProcessor",
     "SanitizingSpanExporter",
+    "SpanBatchProcessor",
     "TelemetryHealth",
     "otlp_log_exporter",
     "otlp_metric_exporter",

@@ -7,22 +7,21 @@ export thread, never on the request's thread, and they never raise into the SDK.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk._logs import ReadWriteLogRecord
+from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
-from opentelemetry.sdk.trace import Event, ReadableSpan, Span
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel._content import ContentPolicy
-from kaos_otel._internal_log import internal_error, log_once
+from kaos_otel._internal_log import internal_error
 from kaos_otel.exporters.health import TelemetryHealth
 
 _log = logging.getLogger(__name__)
@@ -201,37 +200,40 @@ class CountingLogExporter(LogRecordExporter):
         return self._inner.force_flush(timeout_millis)
 
 
-class CountingMetricExporter(MetricExporter):
-    """Exports metrics and counts the data points that fail."""
+class CountingMetricExport:
+    """Mixed into an OTLP metric exporter class: counts the data points of failed exports.
 
-    def __init__(self, inner: MetricExporter, health: TelemetryHealth) -> None:
-        super().__init__(
-            preferred_temporality=inner._preferred_temporality,
-            preferred_aggregation=inner._preferred_aggregation,
-        )
-        self._inner = inner
-        self._health = health
+    A subclass rather than a wrapper, so that the exporter keeps the temporality and aggregation
+    it read from ``OTEL_EXPORTER_OTLP_METRICS_*`` without anyone reading them back.
+    """
+
+    health: TelemetryHealth
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object
     ) -> MetricExportResult:
         """Export; a failure is counted, never raised."""
         try:
-            result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
+            result: MetricExportResult = super().export(  # type: ignore[misc]
+                metrics_data, timeout_millis=timeout_millis, **kwargs
+            )
         except Exception as exc:
             internal_error("metric export", exc)
             result = MetricExportResult.FAILURE
         if result is not MetricExportResult.SUCCESS:
-            self._health.record_drop("metrics", "export_failed", _count_points(metrics_data))
+            self.health.record_drop("metrics", "export_failed", _count_points(metrics_data))
         return result
 
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        """Flush the wrapped exporter."""
-        return self._inner.force_flush(timeout_millis)
 
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
-        """Shut the wrapped exporter down."""
-        self._inner.shutdown(timeout_millis=timeout_millis)
+def counting_metric_exporter(
+    exporter_class: type[MetricExporter], health: TelemetryHealth, **options: Any
+) -> MetricExporter:
+    """An ``exporter_class`` built with ``options`` that counts what it fails to export."""
+    counting = type(f"Counting{exporter_class.__name__}", (CountingMetricExport, exporter_class), {})
+    exporter = counting(**options)
+    exporter.health = health
+    assert isinstance(exporter, MetricExporter)
+    return exporter
 
 
 def _count_points(metrics_data: MetricsData) -> int:
@@ -291,139 +293,3 @@ def _attributes_size(attributes: Mapping[str, AttributeValue] | None) -> int:
 def _text_size(text: str) -> int:
     """UTF-8 size of ``text``, overestimated as 4 bytes a character unless it is ASCII."""
     return len(text) if text.isascii() else 4 * len(text)
-
-
-def _abandon_batch(processor: BatchSpanProcessor | BatchLogRecordProcessor) -> int:
-    """Stop an SDK batch processor from exporting; returns the items it still holds.
-
-    Those are the queued items plus the batch its exporter is still sending. An item caught
-    between the queue and the exporter at this very instant may go uncounted; none is counted twice.
-    """
-    batch = getattr(processor, "_batch_processor", None)
-    if batch is None:
-        return 0
-    batch._shutdown_timeout_exceeded = True  # the worker exports no further batch
-    queue = getattr(batch, "_queue", None)
-    exporter = getattr(batch, "_exporter", None)
-    held = len(queue) if queue is not None else 0
-    if isinstance(exporter, SanitizingSpanExporter | CountingLogExporter):
-        held += exporter.abandon()
-    return held
-
-
-def _queue_is_full(processor: BatchSpanProcessor | BatchLogRecordProcessor) -> bool:
-    """Whether the SDK's batch queue is at capacity (the next item pushes one out)."""
-    batch = getattr(processor, "_batch_processor", None)
-    queue = getattr(batch, "_queue", None)
-    return queue is not None and len(queue) >= queue.maxlen
-
-
-class CountingBatchSpanProcessor(BatchSpanProcessor):
-    """The SDK batch processor, counting spans lost to a full queue or a closed pipeline."""
-
-    def __init__(self, exporter: SpanExporter, health: TelemetryHealth, **kwargs: int) -> None:
-        super().__init__(exporter, **kwargs)  # type: ignore[arg-type]
-        self._health = health
-        self._closed = False
-
-    def on_end(self, span: ReadableSpan) -> None:
-        """Queue the span; count it when it pushes another out or arrives after shutdown."""
-        if self._closed:
-            self._health.record_drop("traces", "shutdown")
-            return
-        if span.context is not None and span.context.trace_flags.sampled and _queue_is_full(self):
-            if self._push_out_oldest(span):
-                return
-            self._health.record_drop("traces", "queue_full")
-        super().on_end(span)
-
-    def _push_out_oldest(self, span: ReadableSpan) -> bool:
-        """Queue ``span`` into the full queue, dropping (and counting) the oldest, as the SDK would.
-
-        The SDK drops the same span but also logs a warning for every span it drops: during a
-        collector outage that is a log record built on the request's thread for each span (about
-        half the cost of the span itself). Taking the oldest out before queueing also counts a drop
-        only when one happens (the export thread may have emptied the queue meanwhile). Falls back
-        to the SDK (``False``) after a fork, which the SDK handles on its next emit.
-        """
-        batch = getattr(self, "_batch_processor", None)
-        queue = getattr(batch, "_queue", None)
-        awaken = getattr(batch, "_worker_awaken", None)
-        if queue is None or awaken is None or getattr(batch, "_pid", None) != os.getpid():
-            return False
-        log_once(
-            "span-queue-full",
-            "kaos-otel: the span queue is full (collector slow or down); the oldest spans are "
-            "dropped and counted in kaos.telemetry.dropped",
-        )
-        try:
-            queue.pop()
-        except IndexError:  # the export thread took the whole queue meanwhile: nothing is lost
-            pass
-        else:
-            self._health.record_drop("traces", "queue_full")
-        queue.appendleft(span)
-        if not awaken.is_set():
-            awaken.set()
-        return True
-
-    def on_start(self, span: Span, parent_context: object = None) -> None:
-        """Nothing to do when a span starts."""
-
-    def shutdown(self) -> None:
-        """Stop accepting spans, then shut the SDK processor down."""
-        self._closed = True
-        super().shutdown()  # type: ignore[no-untyped-call]
-
-    def abandon(self) -> None:
-        """After a missed shutdown deadline: count every span still held as lost, export no more."""
-        self._closed = True
-        self._health.record_drop("traces", "shutdown", _abandon_batch(self))
-
-
-class CountingLogRecordProcessor(LogRecordProcessor):
-    """Cleans each log record (content policy) and queues it, counting what a full queue drops."""
-
-    def __init__(
-        self, batch: BatchLogRecordProcessor, policy: ContentPolicy, health: TelemetryHealth
-    ) -> None:
-        self._batch = batch
-        self._policy = policy
-        self._health = health
-        self._closed = False
-
-    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
-        """Redact and cap the body and attributes, then queue the record."""
-        if self._closed:
-            self._health.record_drop("logs", "shutdown")
-            return
-        if not is_instrumentation_enabled():
-            # Emitted from inside an export (urllib3 logging the exporter's own request, say):
-            # exporting it would feed the pipeline from itself, endlessly at DEBUG level.
-            return
-        try:
-            record = log_record.log_record
-            if isinstance(record.body, str):
-                record.body = self._policy.clean_text(record.body)
-            if record.attributes:
-                cleaned = self._policy.clean_attributes(record.attributes)
-                record.attributes = cleaned
-            if _queue_is_full(self._batch):
-                self._health.record_drop("logs", "queue_full")
-        except Exception as exc:
-            internal_error("log record cleaning", exc)
-        self._batch.on_emit(log_record)
-
-    def shutdown(self) -> None:
-        """Stop accepting records, then shut the batch processor down."""
-        self._closed = True
-        self._batch.shutdown()  # type: ignore[no-untyped-call]
-
-    def abandon(self) -> None:
-        """After a missed shutdown deadline: count every record still held as lost, export no more."""
-        self._closed = True
-        self._health.record_drop("logs", "shutdown", _abandon_batch(self._batch))
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Flush the batch processor."""
-        return self._batch.force_flush(timeout_millis)

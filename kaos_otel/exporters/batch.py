@@ -1,0 +1,348 @@
+"""Batch processors for spans and log records, on the SDK's public processor interfaces only.
+
+The request's thread only appends to a bounded queue; one export thread per processor takes
+batches off it. Everything lost is counted in :class:`~kaos_otel.exporters.health.TelemetryHealth`:
+items pushed out of a full queue (the oldest go first, as in the SDK), items arriving after
+shutdown, and items still held when a shutdown missed its deadline. Failed exports are counted
+by the exporter wrappers in :mod:`kaos_otel.exporters.pipeline`.
+
+The settings come from the SDK's own variables (``OTEL_BSP_*``, ``OTEL_BLRP_*``) with the SDK's
+defaults; an invalid value falls back to the default, as in the SDK.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from opentelemetry.context import Context
+from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
+from opentelemetry.sdk._logs.export import LogRecordExporter
+from opentelemetry.sdk.environment_variables import (
+    OTEL_BLRP_MAX_EXPORT_BATCH_SIZE,
+    OTEL_BLRP_MAX_QUEUE_SIZE,
+    OTEL_BLRP_SCHEDULE_DELAY,
+    OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
+    OTEL_BSP_MAX_QUEUE_SIZE,
+    OTEL_BSP_SCHEDULE_DELAY,
+)
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from kaos_otel._content import ContentPolicy
+from kaos_otel._internal_log import internal_error, log_once
+from kaos_otel.exporters.health import Signal, TelemetryHealth
+
+T = TypeVar("T")
+
+_export_thread = threading.local()
+"""Set on the export threads: what they log (an exporter's own HTTP client) is not exported."""
+
+
+def on_export_thread() -> bool:
+    """Whether the calling thread is one of kaos-otel's export threads."""
+    return bool(getattr(_export_thread, "active", False))
+
+
+def _suppress_instrumentation() -> AbstractContextManager[object]:
+    """Keep instrumentations (requests, urllib3, grpc...) from tracing the exporter's own calls.
+
+    Instrumentations depend on ``opentelemetry-instrumentation``, whose public
+    ``suppress_instrumentation`` they all honour; without that package there is nothing to suppress.
+    """
+    try:
+        from opentelemetry.instrumentation.utils import suppress_instrumentation
+    except ImportError:
+        return nullcontext()
+    return suppress_instrumentation()
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSettings:
+    """Queue size, batch size and schedule delay of one batch processor."""
+
+    max_queue_size: int = 2048
+    max_export_batch_size: int = 512
+    schedule_delay_ms: int = 5000
+
+    @classmethod
+    def for_spans(cls, environ: Mapping[str, str] | None = None, **overrides: int | None) -> BatchSettings:
+        """``OTEL_BSP_*`` (SDK defaults: queue 2048, batch 512, delay 5000 ms), then overrides."""
+        return cls._read(
+            os.environ if environ is None else environ,
+            (OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE, OTEL_BSP_SCHEDULE_DELAY),
+            (2048, 512, 5000),
+            overrides,
+        )
+
+    @classmethod
+    def for_logs(cls, environ: Mapping[str, str] | None = None, **overrides: int | None) -> BatchSettings:
+        """``OTEL_BLRP_*`` (SDK defaults: queue 2048, batch 512, delay 1000 ms), then overrides."""
+        return cls._read(
+            os.environ if environ is None else environ,
+            (OTEL_BLRP_MAX_QUEUE_SIZE, OTEL_BLRP_MAX_EXPORT_BATCH_SIZE, OTEL_BLRP_SCHEDULE_DELAY),
+            (2048, 512, 1000),
+            overrides,
+        )
+
+    @classmethod
+    def _read(
+        cls,
+        environ: Mapping[str, str],
+        names: tuple[str, str, str],
+        defaults: tuple[int, int, int],
+        overrides: Mapping[str, int | None],
+    ) -> BatchSettings:
+        queue, batch, delay = (
+            _positive_int(environ, name, default) for name, default in zip(names, defaults, strict=True)
+        )
+        queue = overrides.get("max_queue_size") or queue
+        batch = overrides.get("max_export_batch_size") or batch
+        delay = overrides.get("schedule_delay_ms") or delay
+        if batch > queue:  # the SDK refuses this combination; a smaller batch is the safe reading
+            batch = queue
+        return cls(max_queue_size=queue, max_export_batch_size=batch, schedule_delay_ms=delay)
+
+
+def _positive_int(environ: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        value = int(environ.get(name, "") or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+class BatchQueue(Generic[T]):
+    """A bounded queue drained by one daemon export thread."""
+
+    def __init__(
+        self,
+        signal: Signal,
+        export: Callable[[Sequence[T]], object],
+        health: TelemetryHealth,
+        settings: BatchSettings,
+    ) -> None:
+        self._signal: Signal = signal
+        self._export = export
+        self._health = health
+        self._settings = settings
+        self._delay_s = settings.schedule_delay_ms / 1000
+        self._queue: deque[T] = deque()
+        self._wake = threading.Event()
+        self._flush_lock = threading.Lock()
+        self._flush_requests: list[threading.Event] = []
+        self._closed = False
+        self._abandoned = False
+        self._start_thread()
+        reference = weakref.WeakMethod(self._start_thread)
+        os.register_at_fork(after_in_child=lambda: _call(reference))
+
+    @property
+    def settings(self) -> BatchSettings:
+        """The queue and batch sizes and the schedule delay in use."""
+        return self._settings
+
+    def _start_thread(self) -> None:
+        self._queue = deque()  # in a forked child, the parent's items belong to the parent
+        name = f"kaos-otel-{self._signal}-export"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, item: T) -> None:
+        """Queue ``item``; a full queue drops (and counts) its oldest item."""
+        if self._closed:
+            self._health.record_drop(self._signal, "shutdown")
+            return
+        queue = self._queue
+        if len(queue) >= self._settings.max_queue_size:
+            try:
+                queue.popleft()
+            except IndexError:  # the export thread took the whole queue meanwhile
+                pass
+            else:
+                self._health.record_drop(self._signal, "queue_full")
+                log_once(
+                    f"{self._signal}-queue-full",
+                    "kaos-otel: the %s queue is full (collector slow or down); the oldest items are "
+                    "dropped and counted in kaos.telemetry.dropped",
+                    self._signal,
+                )
+        queue.append(item)
+        if len(queue) >= self._settings.max_export_batch_size and not self._wake.is_set():
+            self._wake.set()
+
+    def _run(self) -> None:
+        _export_thread.active = True
+        with _suppress_instrumentation():
+            while True:
+                self._wake.wait(self._delay_s)
+                self._wake.clear()
+                with self._flush_lock:
+                    flushes, self._flush_requests = self._flush_requests, []
+                self._drain()
+                for finished in flushes:
+                    finished.set()
+                if self._closed:
+                    return
+
+    def _batches(self) -> Iterator[list[T]]:
+        queue = self._queue
+        size = self._settings.max_export_batch_size
+        while queue and not self._abandoned:
+            batch: list[T] = []
+            try:
+                while len(batch) < size:
+                    batch.append(queue.popleft())
+            except IndexError:
+                pass
+            yield batch
+
+    def _drain(self) -> None:
+        for batch in self._batches():
+            try:
+                self._export(batch)
+            except Exception as exc:  # the exporter wrappers count failures; this is a last resort
+                internal_error(f"{self._signal} export", exc)
+
+    def force_flush(self, timeout_s: float) -> bool:
+        """Export everything queued now; ``False`` if that took longer than ``timeout_s``."""
+        if self._closed or not self._thread.is_alive():
+            return not self._queue
+        finished = threading.Event()
+        with self._flush_lock:
+            self._flush_requests.append(finished)
+        self._wake.set()
+        return finished.wait(timeout_s)
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Stop accepting items, export what is queued; ``False`` if that missed ``timeout_s``."""
+        self._closed = True
+        self._wake.set()
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def abandon(self, exporter: object) -> None:
+        """After a missed deadline: count every item still held as lost, export no more.
+
+        That is the queue plus the batch ``exporter`` is still sending, if it tells
+        (``abandon()``, as the wrappers of :mod:`kaos_otel.exporters.pipeline` do).
+        """
+        self._closed = True
+        self._abandoned = True
+        held = len(self._queue)
+        self._queue.clear()
+        abandon_export = getattr(exporter, "abandon", None)
+        if callable(abandon_export):
+            held += int(abandon_export())
+        self._health.record_drop(self._signal, "shutdown", held)
+
+
+def _call(reference: weakref.WeakMethod[Callable[[], None]]) -> None:
+    method = reference()
+    if method is not None:
+        method()
+
+
+class SpanBatchProcessor(SpanProcessor):
+    """Queues sampled spans as they end and exports them in batches off the request's thread."""
+
+    def __init__(self, exporter: SpanExporter, health: TelemetryHealth, settings: BatchSettings) -> None:
+        self._exporter = exporter
+        self._queue: BatchQueue[ReadableSpan] = BatchQueue("traces", exporter.export, health, settings)
+
+    @property
+    def settings(self) -> BatchSettings:
+        """The queue and batch sizes and the schedule delay in use."""
+        return self._queue.settings
+
+    @property
+    def exporter(self) -> SpanExporter:
+        """Where batches go."""
+        return self._exporter
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Nothing to do when a span starts."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Queue the span if it is sampled."""
+        context = span.context
+        if context is not None and context.trace_flags.sampled:
+            self._queue.put(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Export every queued span."""
+        return self._queue.force_flush(timeout_millis / 1000)
+
+    def shutdown(self, timeout_millis: int = 30000) -> None:
+        """Export what is queued, then shut the exporter down."""
+        if self._queue.shutdown(timeout_millis / 1000):
+            self._exporter.shutdown()
+
+    def abandon(self) -> None:
+        """After a missed shutdown deadline: count every span still held as lost."""
+        self._queue.abandon(self._exporter)
+
+
+class LogBatchProcessor(LogRecordProcessor):
+    """Cleans each log record (content policy) and exports them in batches off the request's thread."""
+
+    def __init__(
+        self,
+        exporter: LogRecordExporter,
+        policy: ContentPolicy,
+        health: TelemetryHealth,
+        settings: BatchSettings,
+    ) -> None:
+        self._exporter = exporter
+        self._policy = policy
+        self._queue: BatchQueue[ReadWriteLogRecord] = BatchQueue(
+            "logs",
+            exporter.export,  # type: ignore[arg-type]
+            health,
+            settings,
+        )
+
+    @property
+    def settings(self) -> BatchSettings:
+        """The queue and batch sizes and the schedule delay in use."""
+        return self._queue.settings
+
+    @property
+    def exporter(self) -> LogRecordExporter:
+        """Where batches go."""
+        return self._exporter
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        """Redact and cap the body and attributes, then queue the record."""
+        if on_export_thread():
+            # Logged by the exporter itself (urllib3 logging the export request, say): exporting
+            # it would feed the pipeline from itself, endlessly at DEBUG level.
+            return
+        try:
+            record = log_record.log_record
+            if isinstance(record.body, str):
+                record.body = self._policy.clean_text(record.body)
+            if record.attributes:
+                record.attributes = self._policy.clean_attributes(record.attributes)
+        except Exception as exc:
+            internal_error("log record cleaning", exc)
+        self._queue.put(log_record)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Export every queued record."""
+        return self._queue.force_flush(timeout_millis / 1000)
+
+    def shutdown(self) -> None:
+        """Export what is queued, then shut the exporter down."""
+        if self._queue.shutdown(30.0):
+            self._exporter.shutdown()  # type: ignore[no-untyped-call]
+
+    def abandon(self) -> None:
+        """After a missed shutdown deadline: count every record still held as lost."""
+        self._queue.abandon(self._exporter)
