@@ -88,6 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
                     for resource_metrics in metrics.resource_metrics
                     for scope in resource_metrics.scope_metrics
                     for metric in scope.metrics
+                    if metric.name != "kaos.telemetry.dropped"  # the manager's own health metric
                 )
             )
         with self.server.lock:
