@@ -38,17 +38,9 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from kaos_otel._content import ContentPolicy
 from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel.exporters.health import Signal, TelemetryHealth
+from kaos_otel.exporters.pipeline import exporting, on_export_thread
 
 T = TypeVar("T")
-
-_export_thread = threading.local()
-"""Set on the export threads: what they log (an exporter's own HTTP client) is not exported."""
-
-
-def on_export_thread() -> bool:
-    """Whether the calling thread is one of kaos-otel's export threads."""
-    return bool(getattr(_export_thread, "active", False))
-
 
 def _suppress_instrumentation() -> AbstractContextManager[object]:
     """Keep instrumentations (requests, urllib3, grpc...) from tracing the exporter's own calls.
@@ -178,8 +170,7 @@ class BatchQueue(Generic[T]):
             self._wake.set()
 
     def _run(self) -> None:
-        _export_thread.active = True
-        with _suppress_instrumentation():
+        with exporting(), _suppress_instrumentation():
             while True:
                 self._wake.wait(self._delay_s)
                 self._wake.clear()

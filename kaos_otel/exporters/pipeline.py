@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.sdk._logs import ReadWriteLogRecord
@@ -25,6 +26,26 @@ from kaos_otel._internal_log import internal_error
 from kaos_otel.exporters.health import TelemetryHealth
 
 _log = logging.getLogger(__name__)
+
+
+_export_thread = threading.local()
+
+
+@contextmanager
+def exporting() -> Iterator[None]:
+    """Mark the calling thread as exporting: what it logs meanwhile (an exporter's own HTTP
+    client, say) is not fed back into the log pipeline."""
+    previous = getattr(_export_thread, "active", False)
+    _export_thread.active = True
+    try:
+        yield
+    finally:
+        _export_thread.active = previous
+
+
+def on_export_thread() -> bool:
+    """Whether the calling thread is exporting (see :func:`exporting`)."""
+    return bool(getattr(_export_thread, "active", False))
 
 
 class _InFlight:
@@ -214,9 +235,10 @@ class CountingMetricExport:
     ) -> MetricExportResult:
         """Export; a failure is counted, never raised."""
         try:
-            result: MetricExportResult = super().export(  # type: ignore[misc]
-                metrics_data, timeout_millis=timeout_millis, **kwargs
-            )
+            with exporting():  # on the SDK reader's thread or a flushing one
+                result: MetricExportResult = super().export(  # type: ignore[misc]
+                    metrics_data, timeout_millis=timeout_millis, **kwargs
+                )
         except Exception as exc:
             internal_error("metric export", exc)
             result = MetricExportResult.FAILURE
