@@ -1,15 +1,20 @@
-"""W3C Trace Context across delegations and MCP: inject outgoing, extract incoming with a trust policy."""
+"""W3C Trace Context across delegations and MCP: inject outgoing, extract incoming with a trust policy.
+
+Incoming headers are parsed here, by W3C Trace Context Level 2 and RFC 9110 (repeated header
+fields), where the OpenTelemetry SDK's parser differs: it sees one value per header name.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping
+import re
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from opentelemetry import baggage, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
-from opentelemetry.trace import Link
+from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from kaos_otel import catalog
@@ -68,8 +73,102 @@ class IncomingContext:
     trust: TrustPolicy
 
 
+Headers = Mapping[str, str] | Iterable[tuple[str, str]]
+"""Request headers: a mapping, or (name, value) pairs where a name may repeat (ASGI, WSGI)."""
+
+_HEX_FIELDS = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_ZERO_TRACE_ID = "0" * 32
+_ZERO_PARENT_ID = "0" * 16
+_KNOWN_FLAGS = 0x01 | 0x02
+"""sampled and (Level 2) random; the other bits are reserved and not propagated."""
+_TRACESTATE_KEY = re.compile(
+    r"[a-z][a-z0-9_\-*/]{0,255}"  # simple-key
+    r"|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13}"  # multi-tenant-key: tenant-id@system-id
+)
+_TRACESTATE_VALUE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
+MAX_TRACESTATE_MEMBERS = 32
+_OWS = " \t"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def combined_fields(headers: Headers, name: str) -> list[str]:
+    """Every field line of header ``name`` (any case), in order, each without surrounding whitespace."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return [value.strip(_OWS) for key, value in pairs if key.lower() == name]
+
+
+def parse_traceparent(fields: Sequence[str]) -> tuple[str, str, int] | None:
+    """``(trace-id, parent-id, flags)`` from the ``traceparent`` field lines, or ``None`` (restart).
+
+    W3C Trace Context Level 2, 3.2: exactly one field; version two lowercase hex digits, not
+    ``ff``; version ``00`` is exactly 55 characters; a higher version is at least 55 characters
+    and its flags are followed by the end or a dash (later fields are ignored); trace-id and
+    parent-id lowercase hex and not all zeros; only the sampled and random flags are kept.
+    """
+    if len(fields) != 1 or len(fields[0]) > MAX_HEADER_LENGTH:
+        return None  # more than one traceparent: which one is the caller is unknown
+    value = fields[0]
+    match = _HEX_FIELDS.match(value)
+    if match is None:
+        return None
+    version, trace_id, parent_id, flags = match.groups()
+    if version == "ff" or (version == "00" and len(value) != 55):
+        return None
+    if len(value) > 55 and value[55] != "-":
+        return None
+    if trace_id == _ZERO_TRACE_ID or parent_id == _ZERO_PARENT_ID:
+        return None
+    return trace_id, parent_id, int(flags, 16) & _KNOWN_FLAGS
+
+
+def parse_tracestate(fields: Sequence[str]) -> TraceState:
+    """The ``tracestate`` list from its field lines, combined in order (RFC 9110 5.3).
+
+    W3C Trace Context Level 2, 3.3: members are separated by commas with optional spaces and tabs
+    around them; empty members are ignored; keys follow the simple-key or ``tenant@system`` grammar
+    and their length limits, values are printable ASCII without ``,`` and ``=`` (at most 256
+    characters, not ending in a space). A list that breaks the grammar or has more than 32
+    members is discarded whole; of a duplicated key the first (most recent) entry is kept.
+    """
+    combined = ",".join(fields)
+    if len(combined) > MAX_HEADER_LENGTH:
+        return TraceState()
+    entries: dict[str, str] = {}
+    members = 0
+    for member in combined.split(","):
+        member = member.strip(_OWS)
+        if not member:
+            continue
+        key, equals, value = member.partition("=")
+        if not equals or not _TRACESTATE_KEY.fullmatch(key) or not _TRACESTATE_VALUE.fullmatch(value):
+            return TraceState()
+        members += 1
+        if members > MAX_TRACESTATE_MEMBERS:
+            return TraceState()
+        entries.setdefault(key, value)
+    return TraceState(list(entries.items()))
+
+
+def parse_baggage(fields: Sequence[str], allowed: frozenset[str]) -> dict[str, str]:
+    """Allow-listed baggage entries of the combined ``baggage`` field lines.
+
+    Entries whose decoded value holds control characters (CR, LF, NUL...) are dropped.
+    """
+    if not allowed or not fields:
+        return {}
+    combined = ",".join(fields)
+    if len(combined) > MAX_HEADER_LENGTH:
+        return {}
+    entries = baggage.get_all(_BAGGAGE.extract({"baggage": combined}))
+    return {
+        key: str(value)
+        for key, value in entries.items()
+        if key in allowed and not _CONTROL.search(str(value)) and not _CONTROL.search(key)
+    }
+
+
 def extract_incoming(
-    headers: Mapping[str, str],
+    headers: Headers,
     *,
     trust: TrustPolicy = TrustPolicy.TRUSTED,
     baggage_allowlist: Iterable[str] = (),
@@ -77,27 +176,32 @@ def extract_incoming(
     """Read trace context from request headers under a trust policy; never raises.
 
     ``trusted`` continues the caller's trace, ``link`` starts a new trace linking to it, and
-    ``ignore`` discards it. Malformed or oversized headers give a new root. Baggage entries are
-    kept only for allow-listed keys, and never anything else (identity never comes from here).
+    ``ignore`` discards it. Malformed, oversized or repeated ``traceparent`` headers give a new
+    root. Baggage entries are kept only for allow-listed keys, and never anything else
+    (identity never comes from here).
     """
     parent = Context()
     links: tuple[Link, ...] = ()
     try:
-        carrier = {
-            key.lower(): value
-            for key, value in headers.items()
-            if key.lower() in ("traceparent", "tracestate", "baggage") and len(value) <= MAX_HEADER_LENGTH
-        }
-        remote = trace.get_current_span(_TRACE_CONTEXT.extract(carrier)).get_span_context()
-        if remote.is_valid and trust is TrustPolicy.TRUSTED:
-            parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
-        elif remote.is_valid and trust is TrustPolicy.LINK:
-            links = (Link(remote, {catalog.KAOS_TRACE_TRUST: trust.value}),)
-        allowed = set(baggage_allowlist)
-        if allowed and trust is not TrustPolicy.IGNORE and "baggage" in carrier:
-            for key, value in baggage.get_all(_BAGGAGE.extract(carrier)).items():
-                if key in allowed:
-                    parent = baggage.set_baggage(key, value, parent)
+        pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
+        parsed = parse_traceparent(combined_fields(pairs, "traceparent"))
+        if parsed is not None and trust is not TrustPolicy.IGNORE:
+            trace_id, parent_id, flags = parsed
+            remote = SpanContext(
+                int(trace_id, 16),
+                int(parent_id, 16),
+                is_remote=True,
+                trace_flags=TraceFlags(flags),
+                trace_state=parse_tracestate(combined_fields(pairs, "tracestate")),
+            )
+            if trust is TrustPolicy.TRUSTED:
+                parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
+            else:
+                links = (Link(remote, {catalog.KAOS_TRACE_TRUST: trust.value}),)
+        if trust is not TrustPolicy.IGNORE:
+            allowed = frozenset(baggage_allowlist)
+            for key, value in parse_baggage(combined_fields(pairs, "baggage"), allowed).items():
+                parent = baggage.set_baggage(key, value, parent)
     except Exception as exc:
         internal_error("extracting trace context", exc)
         return IncomingContext(Context(), (), trust)

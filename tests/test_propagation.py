@@ -517,3 +517,30 @@ def test_a_stream_the_client_cuts_ends_canceled_on_the_server_span_and_the_run(
         ),
         timeout=10,
     )
+
+
+def test_repeated_header_fields_are_combined_as_rfc_9110_says(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, serve: Callable[[FastAPI], str]
+) -> None:
+    """Over real HTTP: tracestate and baggage lines are joined in order; two traceparents restart."""
+    otel = make_otel()
+    base = serve(build_app(otel, baggage_allowlist=["tenant", "region"]))
+    other = f"00-{'a' * 32}-{'b' * 16}-01"
+    with httpx.Client(trust_env=False) as client:
+        split = [
+            ("traceparent", VALID_PARENT),
+            ("tracestate", "congo=1"),
+            ("tracestate", "rojo=2"),
+            ("baggage", "tenant=acme"),
+            ("baggage", "region=eu"),
+        ]
+        joined = client.post(f"{base}/run", params={"case": "split"}, headers=split).json()
+        twice = [("traceparent", VALID_PARENT), ("traceparent", other)]
+        restarted = client.post(f"{base}/run", params={"case": "twice"}, headers=twice).json()
+    assert joined["trace_id"] == VALID_TRACE
+    assert joined["baggage"] == {"tenant": "acme", "region": "eu"}
+    assert restarted["trace_id"] not in (VALID_TRACE, "a" * 32)
+    flush_until(otel, otlp_receiver, lambda r: len(r.spans()) >= 4)
+    servers = {s.trace_id: s for s in otlp_receiver.spans() if s.kind == "SERVER"}
+    assert servers[VALID_TRACE].parent_span_id == VALID_SPAN
+    assert servers[restarted["trace_id"]].parent_span_id is None

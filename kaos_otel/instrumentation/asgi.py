@@ -145,10 +145,11 @@ class TraceContextMiddleware:
             _log.warning(_OUTER_SERVER_SPAN_FIX, scope_name)
 
     def _begin(self, scope: Scope) -> Any:
-        headers = {
-            key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers") or ()
-        }
-        incoming = extract_incoming(headers, trust=self._trust, baggage_allowlist=self._baggage_allowlist)
+        pairs = [
+            (key.decode("latin-1"), value.decode("latin-1")) for key, value in scope.get("headers") or ()
+        ]
+        headers = dict(pairs)
+        incoming = extract_incoming(pairs, trust=self._trust, baggage_allowlist=self._baggage_allowlist)
         server = scope.get("server") or (None, None)
         method = scope.get("method", "GET")
         return self._otel.span_begin(
