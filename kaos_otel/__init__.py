@@ -20,6 +20,7 @@ from kaos_otel.context import (
     submit_in_context,
     wrap_in_context,
 )
+from kaos_otel.exporters import sanitized_exporter
 
 __all__ = [
     "AgentRun",
@@ -44,6 +45,7 @@ __all__ = [
     "metric_views",
     "render_trace_trees",
     "run_in_executor_in_context",
+    "sanitized_exporter",
     "submit_in_context",
     "wrap_in_context",
 ]

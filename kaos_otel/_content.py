@@ -4,7 +4,11 @@ What counts as a secret lives in :mod:`kaos_otel._secrets`.
 
 Content (prompts, responses, tool arguments, memory text, exception messages) is only recorded
 when capture is on. Redaction and the size cap apply to every string the pipeline exports,
-whether or not content capture is on; they run in the export path, off the request's thread.
+whether or not content capture is on, in one place: the exporters of
+:mod:`kaos_otel.exporters.pipeline` (span and event names, status descriptions, span, event and
+link attributes, log bodies, attributes and event names), on the export thread. On the request's
+thread only oversized strings are cut (:meth:`ContentPolicy.bound_size`) and metric label values
+are checked once per distinct value (:class:`~kaos_otel._metrics.LabelBounds`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,14 @@ class ContentPolicy:
         marker = f"...[truncated {len(text) - limit} chars]"
         return self.redactor(text[:scanned])[: max(0, limit - len(marker))] + marker
 
+    def bound_size(self, text: str) -> str:
+        """``text`` as it is if within the cap, else cleaned now (only its kept part is scanned).
+
+        For text held until export (exception messages, log bodies): redaction runs on the
+        export thread, but a huge string must not sit whole in the queue meanwhile.
+        """
+        return text if len(text) <= self.max_value_length else self.clean_text(text)
+
     def clean_attribute(self, key: str, value: AttributeValue) -> AttributeValue:
         """Clean one exported attribute value (secret-named keys are masked whole)."""
         if isinstance(value, str):
@@ -89,8 +101,8 @@ class ContentPolicy:
             stack = _stack_without_message(exc, qualified)
         return {
             "exception.type": qualified,
-            "exception.message": self.clean_text(message),
-            "exception.stacktrace": self.clean_text(stack),
+            "exception.message": self.bound_size(message),
+            "exception.stacktrace": self.bound_size(stack),
             "exception.escaped": True,
         }
 

@@ -33,8 +33,8 @@ from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds, metric_view
 from kaos_otel._telemetry import AgentTelemetry
 from kaos_otel.exporters import (
     BatchSettings,
-    CountingLogExporter,
     LogBatchProcessor,
+    SanitizingLogExporter,
     SanitizingSpanExporter,
     SpanBatchProcessor,
     TelemetryHealth,
@@ -157,7 +157,7 @@ class KaosOtelManager(AgentTelemetry):
         self._log_handler: logging.Handler | None = None
         self._shutdown_done = False
         self._lock = threading.Lock()
-        bounds = LabelBounds()
+        bounds = LabelBounds(redactor=redactor)
         if settings.disabled:
             super().__init__(
                 trace.NoOpTracer(), KaosMetrics(metrics.NoOpMeter(METER_NAME), bounds), policy, enabled=False
@@ -251,7 +251,7 @@ class KaosOtelManager(AgentTelemetry):
         if "logs" in settings.endpoints:
             batch_size = None if os.environ.get(OTEL_BLRP_MAX_EXPORT_BATCH_SIZE) else LOG_EXPORT_BATCH_SIZE
             processor = LogBatchProcessor(
-                CountingLogExporter(otlp_log_exporter(settings), self.health),
+                SanitizingLogExporter(otlp_log_exporter(settings), policy, self.health),
                 policy,
                 self.health,
                 BatchSettings.for_logs(max_export_batch_size=batch_size),

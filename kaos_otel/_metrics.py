@@ -16,6 +16,7 @@ from opentelemetry.metrics import Counter, Histogram, Meter
 from opentelemetry.sdk.metrics.view import DropAggregation, ExplicitBucketHistogramAggregation, View
 
 from kaos_otel import catalog
+from kaos_otel._secrets import Redactor, default_redactor
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
 
@@ -70,8 +71,9 @@ class LabelBounds:
     :data:`~kaos_otel.catalog.OVERFLOW_VALUE`.
     """
 
-    def __init__(self, cap: int = catalog.LABEL_VALUE_CAP) -> None:
+    def __init__(self, cap: int = catalog.LABEL_VALUE_CAP, redactor: Redactor = default_redactor) -> None:
         self._cap = cap
+        self._redactor = redactor
         self._lock = threading.Lock()
         self._known: dict[str, set[str]] = {}
         self._seen: dict[str, set[str]] = {key: set() for key in BOUNDED_KEYS}
@@ -91,6 +93,8 @@ class LabelBounds:
         seen = self._seen.setdefault(key, set())
         if value in seen:
             return value
+        if self._redactor(value) != value:  # a secret: checked once per distinct value, never kept
+            return catalog.OVERFLOW_VALUE
         with self._lock:
             if len(seen) >= self._cap:
                 return catalog.OVERFLOW_VALUE

@@ -310,19 +310,18 @@ class LogBatchProcessor(LogRecordProcessor):
         return self._exporter
 
     def on_emit(self, log_record: ReadWriteLogRecord) -> None:
-        """Redact and cap the body and attributes, then queue the record."""
+        """Cap a text body's size (so the queue's memory stays bounded), then queue the record.
+
+        Redaction runs later, on the export thread
+        (:class:`~kaos_otel.exporters.pipeline.SanitizingLogExporter`).
+        """
         if on_export_thread():
             # Logged by the exporter itself (urllib3 logging the export request, say): exporting
             # it would feed the pipeline from itself, endlessly at DEBUG level.
             return
-        try:
-            record = log_record.log_record
-            if isinstance(record.body, str):
-                record.body = self._policy.clean_text(record.body)
-            if record.attributes:
-                record.attributes = self._policy.clean_attributes(record.attributes)
-        except Exception as exc:
-            internal_error("log record cleaning", exc)
+        record = log_record.log_record
+        if isinstance(record.body, str):
+            record.body = self._policy.bound_size(record.body)
         self._queue.put(log_record)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

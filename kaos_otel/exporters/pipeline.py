@@ -162,13 +162,15 @@ class SanitizingSpanExporter(SpanExporter):
         if status.description:
             status = Status(status.status_code, policy.clean_text(status.description))
         return ReadableSpan(
-            name=span.name,
+            name=policy.clean_text(span.name),
             context=span.context,
             parent=span.parent,
             resource=span.resource,
             attributes=policy.clean_attributes(span.attributes),
             events=[
-                Event(event.name, policy.clean_attributes(event.attributes), event.timestamp)
+                Event(
+                    policy.clean_text(event.name), policy.clean_attributes(event.attributes), event.timestamp
+                )
                 for event in span.events
             ],
             links=[Link(link.context, policy.clean_attributes(link.attributes)) for link in span.links],
@@ -188,18 +190,21 @@ class SanitizingSpanExporter(SpanExporter):
         return self._inner.force_flush(timeout_millis)
 
 
-class CountingLogExporter(LogRecordExporter):
-    """Exports log records and counts the ones that fail."""
+class SanitizingLogExporter(LogRecordExporter):
+    """Redacts and caps every log body, attribute and event name, exports, and counts failures."""
 
-    def __init__(self, inner: LogRecordExporter, health: TelemetryHealth) -> None:
+    def __init__(self, inner: LogRecordExporter, policy: ContentPolicy, health: TelemetryHealth) -> None:
         self._inner = inner
+        self._policy = policy
         self._health = health
         self._in_flight = _InFlight()
 
     def export(self, batch: Sequence[ReadWriteLogRecord]) -> LogRecordExportResult:  # type: ignore[override]
-        """Export; a failure is counted, never raised."""
+        """Export cleaned records; a failure is counted, never raised."""
         self._in_flight.start(len(batch))
         try:
+            for log_record in batch:
+                clean_log_record(log_record, self._policy)
             result = self._inner.export(batch)  # type: ignore[arg-type]
         except Exception as exc:
             internal_error("log export", exc)
@@ -256,6 +261,29 @@ def counting_metric_exporter(
     exporter.health = health
     assert isinstance(exporter, MetricExporter)
     return exporter
+
+
+def clean_log_record(log_record: ReadWriteLogRecord, policy: ContentPolicy) -> None:
+    """Redact and cap a log record's body (text, or the strings of a structured body),
+    attributes and event name, in place."""
+    record = log_record.log_record
+    record.body = _clean_any(record.body, policy)
+    if record.attributes:
+        record.attributes = policy.clean_attributes(record.attributes)
+    event_name = getattr(record, "event_name", None)
+    if isinstance(event_name, str) and event_name:
+        record.event_name = policy.clean_text(event_name)
+
+
+def _clean_any(value: object, policy: ContentPolicy) -> Any:
+    """Strings anywhere in a log body (text, list, mapping) cleaned."""
+    if isinstance(value, str):
+        return policy.clean_text(value)
+    if isinstance(value, Mapping):
+        return {key: _clean_any(item, policy) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean_any(item, policy) for item in value]
+    return value
 
 
 def _count_points(metrics_data: MetricsData) -> int:
@@ -315,3 +343,26 @@ def _attributes_size(attributes: Mapping[str, AttributeValue] | None) -> int:
 def _text_size(text: str) -> int:
     """UTF-8 size of ``text``, overestimated as 4 bytes a character unless it is ASCII."""
     return len(text) if text.isascii() else 4 * len(text)
+
+
+def sanitized_exporter(
+    exporter: SpanExporter | LogRecordExporter,
+    policy: ContentPolicy | None = None,
+    health: TelemetryHealth | None = None,
+) -> SpanExporter | LogRecordExporter:
+    """The content-safety layer for providers a host application builds itself.
+
+    Wrap each span and log exporter before handing it to the batch processor::
+
+        BatchSpanProcessor(sanitized_exporter(OTLPSpanExporter()))
+        BatchLogRecordProcessor(sanitized_exporter(OTLPLogExporter()))
+
+    Every exported string then passes the same redaction and size cap as with
+    :class:`~kaos_otel.KaosOtelManager`'s own pipeline. Metric label values of kaos-otel's
+    instruments are checked where they are recorded, whoever owns the meter provider.
+    """
+    policy = policy or ContentPolicy()
+    health = health or TelemetryHealth()
+    if isinstance(exporter, SpanExporter):
+        return SanitizingSpanExporter(exporter, policy, health)
+    return SanitizingLogExporter(exporter, policy, health)

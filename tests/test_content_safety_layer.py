@@ -1,0 +1,110 @@
+"""One content-safety layer: a secret in any exported string arrives masked.
+
+Span names, status descriptions, attribute values (sequences too), event names and attributes,
+link attributes, log bodies and attributes, exception messages and stack traces, and metric label
+values, through the manager's own pipeline and through a host's providers with
+:func:`kaos_otel.sanitized_exporter`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Link, Status, StatusCode
+
+from kaos_otel import AgentTelemetry, ContentPolicy, KaosOtelManager, catalog, sanitized_exporter
+from kaos_otel._logs import KaosLoggingHandler
+from kaos_otel._secrets import REDACTED
+from kaos_otel.receiver import OtlpReceiver
+
+MakeOtel = Callable[..., KaosOtelManager]
+
+SECRET = "sk-proj-" + "Zx9" * 12
+"""An OpenAI-style key: the default redactor masks it wherever it appears."""
+
+
+def _emit_everywhere(tracer_provider: TracerProvider, logger: logging.Logger) -> None:
+    tracer = tracer_provider.get_tracer("safety")
+    with tracer.start_as_current_span("linked") as linked:
+        pass
+    with tracer.start_as_current_span(
+        f"name {SECRET}",
+        attributes={"plain": f"value {SECRET}", "many": (f"a {SECRET}", "b")},
+        links=[Link(linked.get_span_context(), {"why": f"link {SECRET}"})],
+    ) as span:
+        span.add_event(f"event {SECRET}", {"detail": f"event attribute {SECRET}"})
+        span.set_status(Status(StatusCode.ERROR, f"status {SECRET}"))
+        try:
+            raise ValueError(f"message {SECRET}")
+        except ValueError as exc:
+            span.record_exception(exc)
+            logger.exception("body %s", SECRET, extra={"extra.key": f"attribute {SECRET}"})
+
+
+def _assert_masked(receiver: OtlpReceiver, spans: int, logs: int) -> None:
+    assert receiver.wait_for(lambda r: len(r.spans()) >= spans and len(r.logs()) >= logs, 20)
+    payload = b"".join(request.SerializeToString() for request in receiver.raw_requests())
+    assert SECRET.encode() not in payload
+    assert payload.count(REDACTED.encode()) >= 9  # the texts did arrive, masked (the test can fail)
+
+
+def test_the_manager_masks_every_exported_string(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:
+    otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"})
+    logger = logging.getLogger("tests.safety.manager")
+    logger.addHandler(KaosLoggingHandler(otel.logger_provider, otel.content_policy))
+    logger.propagate = False
+    try:
+        _emit_everywhere(otel.tracer_provider, logger)
+        otel.metrics.record_tool_call("agent", f"tool-{SECRET}", catalog.Outcome.SUCCESS, 0.1)
+        assert otel.force_flush(10)
+    finally:
+        logger.handlers.clear()
+        logger.propagate = True
+    _assert_masked(otlp_receiver, spans=2, logs=1)
+    labels = {p.attributes.get(catalog.GEN_AI_TOOL_NAME) for p in otlp_receiver.metric_points()}
+    assert labels >= {catalog.OVERFLOW_VALUE}
+    assert not any(SECRET in str(label) for label in labels)
+
+
+def test_a_host_with_its_own_providers_adds_the_layer_with_one_call_per_exporter(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    endpoint = otlp_receiver.grpc_endpoint
+    tracer_provider = TracerProvider(shutdown_on_exit=False)
+    tracer_provider.add_span_processor(
+        BatchSpanProcessor(sanitized_exporter(OTLPSpanExporter(endpoint=endpoint, insecure=True)))
+    )
+    logger_provider = LoggerProvider(shutdown_on_exit=False)
+    logger_provider.add_log_record_processor(
+        BatchLogRecordProcessor(sanitized_exporter(OTLPLogExporter(endpoint=endpoint, insecure=True)))
+    )
+    logger = logging.getLogger("tests.safety.host")
+    logger.addHandler(KaosLoggingHandler(logger_provider, ContentPolicy()))
+    logger.propagate = False
+    try:
+        _emit_everywhere(tracer_provider, logger)
+        telemetry = AgentTelemetry.from_providers(tracer_provider)
+        with telemetry.span(f"domain {SECRET}"):
+            pass
+        assert tracer_provider.force_flush(10_000)
+        assert logger_provider.force_flush(10_000)
+        _assert_masked(otlp_receiver, spans=3, logs=1)
+    finally:
+        logger.handlers.clear()
+        logger.propagate = True
+        tracer_provider.shutdown()
+        logger_provider.shutdown()
+
+
+def test_disabled_and_enabled_managers_share_one_policy_type(make_otel: MakeOtel) -> None:
+    """The layer's policy is the manager's: its redactor and cap are the ones exported strings get."""
+    otel: KaosOtelManager = make_otel(environ={"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "64"})
+    assert otel.content_policy.max_value_length == 64
+    assert otel.content_policy.clean_text(f"x {SECRET}") == f"x {REDACTED}"
