@@ -1,4 +1,8 @@
-"""The ``kaos-otel`` command line: ``receive``, ``traces show`` and ``catalog``."""
+"""The ``kaos-otel`` command line: receive, traces show, catalog, dashboards and collector.
+
+Subcommands import what they need when they run: the core install is enough for all but
+``dashboards import`` (httpx).
+"""
 
 from __future__ import annotations
 
@@ -80,6 +84,61 @@ def _traces_show(args: argparse.Namespace) -> int:
     if not args.trace_id:
         sys.stdout.write("\n" + render_metrics_summary(telemetry.metric_points))
     return 0
+
+
+def _export(folder: str, directory: Path) -> int:
+    from kaos_otel.assets import AssetsMissingError, asset_files, asset_root
+
+    try:
+        root = asset_root() / folder
+        files = asset_files(folder)
+        for source in files:
+            target = directory / source.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+    except AssetsMissingError as exc:
+        return _error(str(exc))
+    except OSError as exc:
+        return _error(f"cannot write {exc.filename or directory}: {exc.strerror or exc}")
+    for source in files:
+        print(directory / source.relative_to(root))
+    return 0
+
+
+def _dashboards_export(args: argparse.Namespace) -> int:
+    return _export("dashboards", args.directory)
+
+
+def _dashboards_import(args: argparse.Namespace) -> int:
+    try:
+        from kaos_otel import _signoz_import
+    except ImportError as exc:  # httpx is not in the core install
+        return _error(f"dashboards import needs httpx ({exc.name} is missing): pip install httpx")
+    return _signoz_import.run(args)
+
+
+def _collector_config(args: argparse.Namespace) -> int:
+    from kaos_otel.assets import AssetsMissingError, collector_config
+
+    try:
+        text = collector_config(args.profile)
+    except (AssetsMissingError, ValueError) as exc:
+        return _error(str(exc))
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        args.output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        return _error(f"cannot write {args.output}: {exc.strerror or exc}")
+    print(
+        f"wrote {args.output} (profile {args.profile}); run it with: otelcol-contrib --config={args.output}"
+    )
+    return 0
+
+
+def _collector_export(args: argparse.Namespace) -> int:
+    return _export("collector", args.directory)
 
 
 def _cell(value: Any) -> str:
@@ -198,7 +257,53 @@ def _parser() -> argparse.ArgumentParser:
     output.add_argument("--json", action="store_true", help="machine-readable JSON")
     output.add_argument("--markdown", action="store_true", help="the metrics reference (docs/metrics.md)")
     catalog.set_defaults(handler=_catalog)
+    _add_asset_commands(commands)
     return parser
+
+
+def _add_asset_commands(commands: Any) -> None:
+    """``dashboards export|import`` and ``collector config|export``: the assets shipped in the wheel."""
+    from kaos_otel.assets import COLLECTOR_PROFILES
+
+    dashboards = commands.add_parser("dashboards", help="the SigNoz, Grafana and Prometheus assets")
+    dashboard_commands = dashboards.add_subparsers(dest="dashboards_command", required=True)
+    export = dashboard_commands.add_parser(
+        "export", help="write the dashboards, SigNoz alerts and Prometheus rules to DIR"
+    )
+    export.add_argument("directory", type=Path, metavar="DIR")
+    export.set_defaults(handler=_dashboards_export)
+    signoz = dashboard_commands.add_parser(
+        "import",
+        help="create the dashboard and alert rules in a running SigNoz (API key: SIGNOZ_API_KEY)",
+        epilog="Environment: SIGNOZ_URL, SIGNOZ_API_KEY.",
+    )
+    _add_signoz_import_arguments(signoz)
+    signoz.set_defaults(handler=_dashboards_import)
+
+    collector = commands.add_parser("collector", help="the OpenTelemetry Collector configuration")
+    collector_commands = collector.add_subparsers(dest="collector_command", required=True)
+    config = collector_commands.add_parser(
+        "config", help="print otelcol-config.yaml with a backend's exporters as the defaults"
+    )
+    config.add_argument(
+        "--profile", choices=sorted(COLLECTOR_PROFILES), default="signoz", help="backend (default signoz)"
+    )
+    config.add_argument("--output", "-o", type=Path, metavar="FILE", help="write FILE instead of stdout")
+    config.set_defaults(handler=_collector_config)
+    files = collector_commands.add_parser(
+        "export", help="write the collector, builder, Jaeger and Prometheus configurations to DIR"
+    )
+    files.add_argument("directory", type=Path, metavar="DIR")
+    files.set_defaults(handler=_collector_export)
+
+
+def _add_signoz_import_arguments(parser: argparse.ArgumentParser) -> None:
+    try:
+        from kaos_otel._signoz_import import add_arguments
+    except ImportError:  # without httpx the command explains what to install when run
+        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        return
+    add_arguments(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,7 @@
    rules and the Grafana dashboard exists in ``kaos_otel.catalog`` and is allowed on that metric;
    units and thresholds are in seconds; SigNoz and Prometheus alerts agree.
 4. Every catalog metric is on the SigNoz (and Grafana) dashboard.
-5. ``dashboards/signoz/import.py`` against a fake SigNoz (``httpx.MockTransport``, no network).
+5. ``kaos-otel dashboards import`` against a fake SigNoz (``httpx.MockTransport``, no network).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import jsonschema
 import pytest
 import yaml
 
-from kaos_otel import catalog
+from kaos_otel import _signoz_import, catalog
 from kaos_otel.catalog import MetricSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,9 +60,8 @@ def build() -> ModuleType:
     return _load_script("kaos_dashboards_build", DASHBOARDS / "build.py")
 
 
-@cache
 def importer() -> ModuleType:
-    return _load_script("kaos_signoz_import", DASHBOARDS / "signoz" / "import.py")
+    return _signoz_import
 
 
 def _json(path: Path) -> Any:

@@ -1,13 +1,13 @@
-"""Import the kaos-otel SigNoz dashboard and alert rules into a running SigNoz.
+"""``kaos-otel dashboards import``: the SigNoz dashboard and alert rules into a running SigNoz.
 
 SigNoz keeps dashboards and alert rules in its database, so they are created through its API:
 ``POST /api/v2/dashboards`` for the v2 (Perses) dashboard and ``POST /api/v1/rules`` for each
 rule, authenticated with the ``SIGNOZ-API-KEY`` header (Settings -> API Keys; the key needs the
-Editor role). Only ``httpx`` is needed; nothing from kaos-otel is imported.
+Editor role). It needs ``httpx`` (``pip install httpx``; the ``agent`` and ``dev`` extras have it).
 
     export SIGNOZ_API_KEY=...
-    python dashboards/signoz/import.py --url http://localhost:8080 --dry-run
-    python dashboards/signoz/import.py --url http://localhost:8080 --channel my-slack
+    kaos-otel dashboards import --signoz http://localhost:8080 --dry-run
+    kaos-otel dashboards import --signoz http://localhost:8080 --channel my-slack
 
 ``--dry-run`` changes nothing: it checks the files, the URL and the key, and sends every rule to
 ``POST /api/v1/testRule`` (SigNoz evaluates it once and, if it would fire, sends a test
@@ -28,7 +28,8 @@ from typing import Any, Literal
 
 import httpx
 
-HERE = Path(__file__).resolve().parent
+from kaos_otel.assets import AssetsMissingError, asset_root
+
 DEFAULT_URL = "http://localhost:8080"
 API_KEY_HEADER = "SIGNOZ-API-KEY"
 PAGE = 200
@@ -100,8 +101,9 @@ def load_item(path: Path) -> Item:
 
 
 def default_files() -> list[Path]:
-    """The dashboard(s) beside this script and the rules in ``alerts/``."""
-    return sorted(HERE.glob("*.v2.json")) + sorted((HERE / "alerts").glob("*.json"))
+    """The shipped SigNoz dashboard(s) and alert rules."""
+    signoz = asset_root() / "dashboards" / "signoz"
+    return sorted(signoz.glob("*.v2.json")) + sorted((signoz / "alerts").glob("*.json"))
 
 
 def with_channels(rule: JsonObj, channels: Sequence[str]) -> JsonObj:
@@ -333,15 +335,19 @@ def run_import(
     return report
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="Import the kaos-otel SigNoz dashboard and alert rules through the SigNoz API.",
-        epilog="Environment: SIGNOZ_URL, SIGNOZ_API_KEY.",
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``kaos-otel dashboards import``."""
+    parser.add_argument(
+        "files", nargs="*", type=Path, help="JSON files (default: the shipped dashboard and alert rules)"
     )
     parser.add_argument(
-        "files", nargs="*", type=Path, help="JSON files (default: this folder's dashboard and alerts/)"
+        "--signoz",
+        "--url",
+        dest="url",
+        metavar="URL",
+        default=os.environ.get("SIGNOZ_URL", DEFAULT_URL),
+        help=f"SigNoz base URL (env SIGNOZ_URL, default {DEFAULT_URL})",
     )
-    parser.add_argument("--url", default=os.environ.get("SIGNOZ_URL", DEFAULT_URL), help="SigNoz base URL")
     parser.add_argument("--api-key", default=os.environ.get("SIGNOZ_API_KEY"), help="SigNoz API key")
     parser.add_argument("--dry-run", action="store_true", help="create nothing; test rules with testRule")
     parser.add_argument("--replace", action="store_true", help="update dashboards/rules that already exist")
@@ -357,12 +363,17 @@ def _parser() -> argparse.ArgumentParser:
         "--rules-api", choices=("v1", "v2"), default="v1", help="rules endpoints (default v1)"
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | None = None) -> int:
+    """Parse ``argv`` like ``kaos-otel dashboards import`` and run it (tests pass a fake transport)."""
+    parser = argparse.ArgumentParser(prog="kaos-otel dashboards import")
+    add_arguments(parser)
+    return run(parser.parse_args(argv), transport=transport)
+
+
+def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = None) -> int:
     """Exit status: 0 all done, 1 something failed, 2 bad usage or bad files."""
-    args = _parser().parse_args(argv)
     if not args.api_key:
         print(
             "error: no API key: pass --api-key or set SIGNOZ_API_KEY (SigNoz: Settings -> API Keys)",
@@ -371,7 +382,7 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
         return 2
     try:
         items = [load_item(path) for path in (args.files or default_files())]
-    except ImportFailed as exc:
+    except (ImportFailed, AssetsMissingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.only:
@@ -389,7 +400,3 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
         print(f"{report.failures} failure(s)", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

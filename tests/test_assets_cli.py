@@ -1,0 +1,107 @@
+"""Dashboards, alert rules and collector configurations ship in the wheel and the CLI hands them out.
+
+The wheel is built from this checkout and unpacked into a directory that is put on ``PYTHONPATH``
+alone (no editable install, no checkout on the path), and the commands run from another directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from test_collector import collector_binary
+
+from kaos_otel.assets import COLLECTOR_PROFILES, collector_config, collector_files, dashboard_files
+from kaos_otel.cli import main as kaos_otel_main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This checkout built as a wheel and unpacked: the directory to put on ``PYTHONPATH``."""
+    dist = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", dist, "."],
+        cwd=REPO, check=True, capture_output=True, timeout=240,
+    )  # fmt: skip
+    (wheel,) = dist.glob("kaos_otel-*.whl")
+    site = tmp_path_factory.mktemp("site")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    return site
+
+
+def _run_installed(site: Path, cwd: Path, *words: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    return subprocess.run(
+        [sys.executable, "-m", "kaos_otel", *words], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.timeout(300)
+def test_the_wheel_carries_the_assets_and_the_commands_work_from_any_directory(
+    installed_wheel: Path, tmp_path: Path
+) -> None:
+    assert (installed_wheel / "kaos_otel-0.1.0.dist-info" / "licenses" / "LICENSE").is_file()
+    where = subprocess.run(
+        [sys.executable, "-c", "import kaos_otel.assets as a; print(a.asset_root())"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(installed_wheel)}, capture_output=True,
+        text=True, check=True,
+    )  # fmt: skip
+    assert where.stdout.strip() == str(installed_wheel / "kaos_otel" / "_data")
+
+    done = _run_installed(installed_wheel, tmp_path, "dashboards", "export", "out/dashboards")
+    assert done.returncode == 0, done.stderr
+    exported = sorted(p.relative_to(tmp_path / "out" / "dashboards") for p in (tmp_path / "out").rglob("*.*"))
+    shipped = sorted(p.relative_to(REPO / "dashboards") for p in dashboard_files())
+    assert exported == shipped
+    assert Path("signoz/kaos-agents.v2.json") in exported
+    assert Path("prometheus/kaos-alerts.rules.yml") in exported
+    for name in exported:
+        assert (tmp_path / "out" / "dashboards" / name).read_bytes() == (
+            REPO / "dashboards" / name
+        ).read_bytes()
+
+    done = _run_installed(installed_wheel, tmp_path, "collector", "export", "collector")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "collector").iterdir()) == sorted(
+        p.name for p in collector_files()
+    )
+
+    done = _run_installed(installed_wheel, tmp_path, "collector", "config", "--profile", "jaeger")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == collector_config("jaeger")
+    assert "${env:KAOS_TRACES_EXPORTERS:-[otlp_grpc/jaeger]}" in done.stdout
+
+    done = _run_installed(installed_wheel, tmp_path, "--version")
+    assert done.stdout.strip() == "kaos-otel 0.1.0"
+
+
+@pytest.mark.parametrize("profile", sorted(COLLECTOR_PROFILES))
+def test_every_collector_profile_is_a_valid_configuration(profile: str, tmp_path: Path) -> None:
+    config = tmp_path / "otelcol.yaml"
+    assert kaos_otel_main(["collector", "config", "--profile", profile, "--output", str(config)]) == 0
+    validate = [str(collector_binary()), "validate", f"--config={config}"]
+    done = subprocess.run(validate, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    # the same check refuses an exporter the configuration does not define
+    traces = f"KAOS_TRACES_EXPORTERS:-{COLLECTOR_PROFILES[profile][0]}"
+    assert traces in config.read_text()
+    config.write_text(config.read_text().replace(traces, "KAOS_TRACES_EXPORTERS:-[no_such_exporter]"))
+    assert subprocess.run(validate, capture_output=True, timeout=60, check=False).returncode != 0
+
+
+@pytest.mark.fast
+def test_dashboards_import_asks_for_the_api_key(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("SIGNOZ_API_KEY", raising=False)
+    assert kaos_otel_main(["dashboards", "import", "--signoz", "http://127.0.0.1:9", "--dry-run"]) == 2
+    assert "no API key: pass --api-key or set SIGNOZ_API_KEY" in capsys.readouterr().err
