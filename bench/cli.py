@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import agent, collector, mem0_bench, micro, reference_agent
+from bench import agent, collector, imports, mem0_bench, micro, reference_agent
 from bench._harness import Comparison, machine_facts
 from bench.notes import NOTES
 from bench.report import console_summary, judge, render_markdown
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
-SECTIONS = ("spans", "disabled", "metrics", "agent", "collector", "memory", "throughput", "mem0")
+SECTIONS = ("imports", "spans", "disabled", "metrics", "agent", "collector", "memory", "throughput", "mem0")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class Plan:
     throughput_spans: int
     throughput_rounds: int
     mem0_pairs: int
+    import_rounds: int
 
 
 QUICK = Plan(
@@ -54,6 +55,7 @@ QUICK = Plan(
     throughput_spans=10_000,
     throughput_rounds=2,
     mem0_pairs=150,
+    import_rounds=6,
 )
 FULL = Plan(
     micro=micro.MicroConfig(n=2000, reps=41),
@@ -69,6 +71,7 @@ FULL = Plan(
     throughput_spans=30_000,
     throughput_rounds=3,
     mem0_pairs=600,
+    import_rounds=20,
 )
 
 
@@ -93,6 +96,12 @@ class Runner:
         start = time.perf_counter()
         run()
         print(f"[bench] {name} done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+
+    def imports(self) -> None:
+        """Import time of kaos_otel against the SDK's tracing module."""
+        result = imports.import_time(self.plan.import_rounds)
+        self.figures["import_time_ratio"] = result["ratio"]
+        self.details["imports"] = result
 
     def spans(self) -> None:
         """Per-span cost and logfire."""

@@ -39,7 +39,7 @@ def closed_port() -> int:
 
 def _queue_length(manager: KaosOtelManager) -> int:
     """Spans waiting in the manager's batch queue."""
-    return len(_queue_of(manager.tracer_provider))
+    return manager.queued("traces")
 
 
 def collector_down_latency(
@@ -169,8 +169,8 @@ def memory_with_collector_down(spans: int, queue_size: int) -> dict[str, Any]:
     }
 
 
-def _queue_of(provider: object) -> Any:
-    """The batch queue of the first batch processor of ``provider`` (SDK internals)."""
+def _raw_sdk_queue(provider: object) -> Any:
+    """The batch queue of the raw SDK's first batch processor (SDK internals: bench code only)."""
     active = getattr(provider, "_active_span_processor", None)
     for processor in getattr(active, "_span_processors", ()):
         queue = getattr(getattr(processor, "_batch_processor", None), "_queue", None)
@@ -181,19 +181,19 @@ def _queue_of(provider: object) -> Any:
 
 def _push(
     make_span: Callable[[], None],
-    provider: TracerProvider,
+    queued: Callable[[], int],
     flush: Callable[[], object],
     spans: int,
     receiver: ServerProcess,
+    queue_size: int,
 ) -> dict[str, Any]:
     """Make ``spans`` spans with back-pressure on the queue and wait until all are received."""
-    queue = _queue_of(provider)
-    high_water = (queue.maxlen or 2048) - 256
+    high_water = queue_size - 256
     receiver.command("clear")
     start = time.perf_counter()
     made = 0
     while made < spans:
-        while len(queue) > high_water:
+        while queued() > high_water:
             time.sleep(0.001)
         count = min(128, spans - made)
         for _ in range(count):
@@ -234,8 +234,6 @@ def throughput(spans: int, rounds: int) -> dict[str, Any]:
                 )
             )
             raw = raw_provider.get_tracer("raw-sdk")
-            provider = manager.tracer_provider
-            assert isinstance(provider, TracerProvider)
 
             def kaos_span(manager: KaosOtelManager = manager) -> None:
                 with manager.span("throughput", attributes=SPAN_ATTRIBUTES):
@@ -245,15 +243,28 @@ def throughput(spans: int, rounds: int) -> dict[str, Any]:
                 with raw.start_as_current_span("throughput", attributes=SPAN_ATTRIBUTES):
                     pass
 
-            def run_kaos(manager: KaosOtelManager = manager, provider: TracerProvider = provider) -> None:
-                result = _push(kaos_span, provider, lambda: manager.force_flush(timeout=30), spans, receiver)
+            def run_kaos(manager: KaosOtelManager = manager) -> None:
+                result = _push(
+                    kaos_span,
+                    lambda: manager.queued("traces"),
+                    lambda: manager.force_flush(timeout=30),
+                    spans,
+                    receiver,
+                    queue_size,
+                )
                 kaos_rates.append(result["spans_per_s"])
                 nonlocal complete
                 complete = complete and result["complete"]
 
             def run_raw(raw_provider: TracerProvider = raw_provider) -> None:
+                raw_queue = _raw_sdk_queue(raw_provider)
                 result = _push(
-                    raw_span, raw_provider, lambda: raw_provider.force_flush(30_000), spans, receiver
+                    raw_span,
+                    lambda: len(raw_queue),
+                    lambda: raw_provider.force_flush(30_000),
+                    spans,
+                    receiver,
+                    queue_size,
                 )
                 raw_rates.append(result["spans_per_s"])
 

@@ -26,6 +26,10 @@ from kaos_otel._secrets import REDACTED, SECRET_KEY_NAME, Redactor, default_reda
 
 __all__ = ["REDACTED", "ContentPolicy", "Redactor", "default_redactor"]
 
+CACHED_TEXT_LENGTH = 256
+"""Strings up to this length have their cleaned form remembered (:attr:`ContentPolicy._cleaned`)."""
+CACHED_TEXTS = 4096
+"""At most this many remembered strings (about 1 MB at most) before the cache starts over."""
 REDACTION_MARGIN = 256
 """Characters past the size cap still scanned, so that a secret the cap cuts through is masked."""
 
@@ -46,6 +50,9 @@ class ContentPolicy:
     redactor: Redactor = default_redactor
     max_value_length: int = 8192
     secret_keys: re.Pattern[str] = field(default=SECRET_KEY_NAME)
+    _cleaned: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Recent short strings and their cleaned form: span names, routes, model and agent names
+    repeat on nearly every span, and the redactor costs microseconds per call."""
 
     @property
     def capture_on_spans(self) -> bool:
@@ -54,6 +61,17 @@ class ContentPolicy:
 
     def clean_text(self, text: str) -> str:
         """Redact secrets, then cap the size; only the part that can be kept is scanned."""
+        if len(text) <= CACHED_TEXT_LENGTH:
+            cleaned = self._cleaned.get(text)
+            if cleaned is None:
+                cleaned = self._clean_text(text)
+                if len(self._cleaned) >= CACHED_TEXTS:
+                    self._cleaned.clear()  # a bounded cache; the next strings refill it
+                self._cleaned[text] = cleaned
+            return cleaned
+        return self._clean_text(text)
+
+    def _clean_text(self, text: str) -> str:
         limit = self.max_value_length
         scanned = limit + REDACTION_MARGIN
         if len(text) <= scanned:

@@ -42,6 +42,7 @@ from kaos_otel.exporters import (
     otlp_metric_exporter,
     otlp_span_exporter,
 )
+from kaos_otel.exporters.health import Signal
 
 _log = logging.getLogger("kaos_otel")
 TRACER_NAME = "kaos_otel"
@@ -273,6 +274,10 @@ class KaosOtelManager(AgentTelemetry):
         handler = KaosLoggingHandler(self.logger_provider, policy)
         root.addHandler(handler)
         self._log_handler = handler
+
+    def queued(self, signal: Signal = "traces") -> int:
+        """Items of ``signal`` waiting in this manager's export queue (0 without one)."""
+        return sum(batch.queued for batch in self._batches if batch.signal == signal)
 
     # --- lifecycle ------------------------------------------------------------------------------
     def force_flush(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:

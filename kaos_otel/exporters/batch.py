@@ -140,6 +140,14 @@ class BatchQueue(Generic[T]):
         """The queue and batch sizes and the schedule delay in use."""
         return self._settings
 
+    @property
+    def signal(self) -> Signal:
+        """What this queue holds."""
+        return self._signal
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
     def _start_thread(self) -> None:
         self._queue = deque()  # in a forked child, the parent's items belong to the parent
         name = f"kaos-otel-{self._signal}-export"
@@ -253,6 +261,16 @@ class SpanBatchProcessor(SpanProcessor):
         return self._queue.settings
 
     @property
+    def queued(self) -> int:
+        """Items waiting for export."""
+        return len(self._queue)
+
+    @property
+    def signal(self) -> Signal:
+        """What this processor exports."""
+        return self._queue.signal
+
+    @property
     def exporter(self) -> SpanExporter:
         """Where batches go."""
         return self._exporter
@@ -303,6 +321,16 @@ class LogBatchProcessor(LogRecordProcessor):
     def settings(self) -> BatchSettings:
         """The queue and batch sizes and the schedule delay in use."""
         return self._queue.settings
+
+    @property
+    def queued(self) -> int:
+        """Items waiting for export."""
+        return len(self._queue)
+
+    @property
+    def signal(self) -> Signal:
+        """What this processor exports."""
+        return self._queue.signal
 
     @property
     def exporter(self) -> LogRecordExporter:
