@@ -333,6 +333,31 @@ def test_every_panel_and_alert_expression_returns_data(run: Run) -> None:
     assert only_zero_or_nan == [], f"expressions with only 0 or NaN: {only_zero_or_nan}"
 
 
+def test_headline_numbers_count_each_user_request_once(run: Run) -> None:
+    """User requests in Prometheus equal the requests the demo sent; failed ones its HTTP errors."""
+    requests = _prom_name(catalog.KAOS_REQUESTS)
+    origin, outcome = (
+        catalog.prometheus_label(catalog.KAOS_REQUEST_ORIGIN),
+        catalog.prometheus_label(catalog.KAOS_OUTCOME),
+    )
+    user = _values(_instant(run.prometheus, f'sum({requests}{{{origin}="user"}})'))
+    failed = _values(_instant(run.prometheus, f'sum({requests}{{{origin}="user", {outcome}="error"}})'))
+    every_run = _values(_instant(run.prometheus, f"sum({requests})"))
+    live = run.summary["live"]
+    http_errors = sum(n for status, n in live["by_status"].items() if status != "200")
+    run.figures["user_requests"] = {"sent": live["sent"], "prometheus": user, "all_runs": every_run}
+    run.figures["user_errors"] = {"http": http_errors, "prometheus": failed}
+    print(f"\ne2e headline: {json.dumps(run.figures)}")
+    assert user == [live["sent"]]
+    assert failed == [http_errors] and http_errors > 0
+    assert every_run[0] > 2 * live["sent"]  # each user request also ran delegated runs
+
+
+def _prom_name(name: str) -> str:
+    """The Prometheus series name of a catalog metric."""
+    return catalog.METRICS_BY_NAME[name].prometheus
+
+
 def test_memory_alerts_fire_while_their_fault_is_on_and_resolve_after(run: Run) -> None:
     seen: dict[str, list[float]] = {name: [] for name in ALERT_FAULTS}
     for at, firing in run.alert_log:
@@ -454,4 +479,3 @@ def test_every_signoz_metric_and_attribute_is_in_this_runs_telemetry(run: Run) -
     assert missing_keys == {}
     catalog_names = {n for spec in catalog.METRICS for n in signoz_storage_name(spec.name, spec.instrument)}
     assert set(uses) <= catalog_names
-
