@@ -58,7 +58,7 @@ SCENARIOS: dict[str, Scenario] = {
         "research",
         "Research the AI chip market and add the market shares of the top two vendors: 45 and 30.",
         200,
-        ("echo: Research:", "The sum of 45 and 30 is 75."),
+        ("Search results: echo: Find sources on the AI chip market.", "The sum of 45 and 30 is 75."),
     ),
     "failure": Scenario(
         "failure",
@@ -202,26 +202,34 @@ def run_demo(
             print(f"--- last lines of {exc.name}'s log ---\n{exc.log_tail}", file=sys.stderr)
         return EXIT_STARTUP_FAILED
     except KeyboardInterrupt:
-        print("kaos-agent demo: interrupted; all processes stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted()
     finally:
         if receiver is not None:
             receiver.stop()
-    spans = receiver.spans() if receiver is not None else []
-    points = receiver.metric_points() if receiver is not None else []
-    summary = _summary(results, spans, points, system, receiver is not None, telemetry_file, external)
-    if report is not None:
-        summary["live"] = report.as_json()
-        summary["ok"] = report.by_status[200] > 0
-    if json_mode:
-        print(json.dumps(summary, indent=2))
-    else:
+    # Ctrl-C can come at any moment, also once every process has stopped and the report is printed
+    try:
+        spans = receiver.spans() if receiver is not None else []
+        points = receiver.metric_points() if receiver is not None else []
+        summary = _summary(results, spans, points, system, receiver is not None, telemetry_file, external)
         if report is not None:
-            statuses = ", ".join(f"HTTP {k}: {v}" for k, v in sorted(report.by_status.items()))
-            out.say(f"\nLive traffic: {report.sent} requests ({statuses})")
-            out.say(f"A research trace from before the faults: {report.research_trace_id or '?'}")
-        _report_telemetry(out, results, spans, points, telemetry_file, external)
+            summary["live"] = report.as_json()
+            summary["ok"] = report.by_status[200] > 0
+        if json_mode:
+            print(json.dumps(summary, indent=2))
+        else:
+            if report is not None:
+                statuses = ", ".join(f"HTTP {k}: {v}" for k, v in sorted(report.by_status.items()))
+                out.say(f"\nLive traffic: {report.sent} requests ({statuses})")
+                out.say(f"A research trace from before the faults: {report.research_trace_id or '?'}")
+            _report_telemetry(out, results, spans, points, telemetry_file, external)
+    except KeyboardInterrupt:
+        return _interrupted()
     return EXIT_OK if summary["ok"] else EXIT_SCENARIO_FAILED
+
+
+def _interrupted() -> int:
+    print("kaos-agent demo: interrupted; all processes stopped", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 LIVE_METRIC_INTERVAL_MS = 2000

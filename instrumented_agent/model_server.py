@@ -4,10 +4,10 @@ The reply depends only on the conversation: the tools offered (which tells the c
 the researcher and the analyst apart), the first user message and the tool results already
 present. Scripts:
 
-- coordinator (offered ``delegate_to_agent``): delegates to ``researcher``, then to ``analyst``,
-  then answers with both results; a message mentioning ``ghost`` delegates to the non-existent
-  agent ``ghost`` instead (the failure scenario).
-- researcher (offered ``echo``): calls ``echo`` with the task, then answers with the result.
+- coordinator (offered ``delegate_to_agent``): asks ``researcher`` to find sources on the topic,
+  ``analyst`` to add the numbers, then answers with both results; a message mentioning
+  ``ghost`` delegates to the non-existent agent ``ghost`` instead (the failure scenario).
+- researcher (offered ``echo``): searches (``echo``) for the task, then reports the results.
 - analyst (offered ``add``): calls ``add`` with the first two numbers of the task (default 2, 3),
   then answers with the sum.
 - a message containing ``forever`` keeps calling the first tool (to exhaust budgets); one
@@ -45,6 +45,7 @@ from kaos_otel.instrumentation.asgi import FASTAPI_NATIVE_TELEMETRY_OFF
 __all__ = ["ScriptedModelError", "create_model_app", "scripted_reply"]
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_TOPIC = re.compile(r"\bresearch\s+(.+?)(?:\s+and\s|[.:;,]|$)", re.IGNORECASE)
 
 
 class ScriptedModelError(RuntimeError):
@@ -92,21 +93,24 @@ def _coordinator(task: str, calls: list[_Call]) -> ChatMessage:
             return _call(DELEGATE_TOOL, {"agent": "ghost", "task": task}, len(calls))
         return _answer(f"The ghost agent replied: {delegated['ghost']}")
     numbers = _NUMBER.findall(task)[:2] or ["2", "3"]
+    topic = _TOPIC.search(task)
     plan = {
-        "researcher": f"Research: {task}",
+        "researcher": f"Find sources on {topic.group(1)}." if topic else f"Find sources for: {task}",
         "analyst": f"Add {' and '.join(numbers)}.",
     }
     for agent, subtask in plan.items():
         if agent not in delegated:
             return _call(DELEGATE_TOOL, {"agent": agent, "task": subtask}, len(calls))
-    return _answer(f"Research: {delegated['researcher']} Analysis: {delegated['analyst']}")
+    return _answer(
+        f"Here is what the team found. Researcher: {delegated['researcher']} Analyst: {delegated['analyst']}"
+    )
 
 
 def _researcher(task: str, calls: list[_Call]) -> ChatMessage:
     done = [c for c in calls if c.name == "echo"]
     if not done:
         return _call("echo", {"message": task}, len(calls))
-    return _answer(f"Findings: {done[-1].result}")
+    return _answer(f"Search results: {done[-1].result}")
 
 
 def _analyst(task: str, calls: list[_Call]) -> ChatMessage:

@@ -397,7 +397,7 @@ def test_agents_remember_over_http_and_survive_a_memory_outage(
 
         down = _chat(amnesiac.url, "Look up the weather", {USER_ID_HEADER: "grace"})
         assert down.status_code == 200
-        assert down.json()["choices"][0]["message"]["content"] == "Findings: echo: Look up the weather"
+        assert down.json()["choices"][0]["message"]["content"] == "Search results: echo: Look up the weather"
 
         spans = _trace(module_receiver, responses[1], "keeper")
         down_spans = _trace(module_receiver, down, "amnesiac")

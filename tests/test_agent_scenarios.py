@@ -95,8 +95,9 @@ def test_research_scenario_answers_with_both_specialists(agents: Agents) -> None
     body = response.json()
     answer = body["choices"][0]["message"]["content"]
     assert answer == (
-        "Research: Findings: echo: Research: " + SCENARIOS["research"].prompt + " "
-        "Analysis: The sum of 45 and 30 is 75."
+        "Here is what the team found. "
+        "Researcher: Search results: echo: Find sources on the AI chip market. "
+        "Analyst: The sum of 45 and 30 is 75."
     )
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["model"] == "coordinator"
@@ -120,7 +121,7 @@ def test_research_scenario_streams_the_same_answer(agents: Agents) -> None:
     chunks = [json.loads(event) for event in events[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
-    assert content.endswith("Analysis: The sum of 45 and 30 is 75.")
+    assert content.endswith("Analyst: The sum of 45 and 30 is 75.")
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
     assert chunks[-1]["usage"]["total_tokens"] > 0
 
