@@ -19,7 +19,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,12 +109,16 @@ class Collector:
         return self.log.read_text(encoding="utf-8", errors="replace")[-6000:]
 
 
-def start_collector(config: Path, env: Mapping[str, str], log: Path, health_url: str) -> Collector:
-    """Start the binary with ``config`` and wait until its health_check answers 200."""
+def start_collector(
+    config: Path, env: Mapping[str, str], log: Path, health_url: str, overlays: Sequence[Path] = ()
+) -> Collector:
+    """Start the binary with ``config`` (``overlays`` merged over it, in order) and wait until its
+    health_check answers 200."""
     binary = collector_binary()
-    with log.open("wb") as out:
+    config_args = [arg for path in (config, *overlays) for arg in ("--config", str(path))]
+    with log.open("ab") as out:
         process = subprocess.Popen(
-            [str(binary), "--config", str(config)],
+            [str(binary), *config_args],
             env={"PATH": os.environ.get("PATH", ""), **env},
             stdout=out,
             stderr=subprocess.STDOUT,
