@@ -133,6 +133,9 @@ def scripted_reply(request: ChatRequest) -> ChatMessage:
         raise ScriptedModelError("scripted model error requested by the conversation")
     if "missing tool" in lowered:
         return _call("missing_tool", {}, len(calls))
+    if "what do you remember" in lowered:  # the recalled memory, as the agent put it in the prompt
+        recalled = [m.text() for m in request.messages if m.role == "system"][1:]
+        return _answer("Remembered: " + (" | ".join(recalled) or "nothing"))
     if "forever" in lowered and tools:
         tool = sorted(tools)[0]
         arguments = {"message": task} if tool == "echo" else {"a": 1, "b": 1}

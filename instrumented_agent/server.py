@@ -9,7 +9,8 @@ HTTP client spans: the ``chat`` and delegation spans are the client spans.
 Identity: the user id comes only from the :data:`~instrumented_agent.config.USER_ID_HEADER` header
 that a trusted gateway sets, never from the body or the model; autonomous runs use the agent's own.
 The session comes from :data:`~instrumented_agent.config.SESSION_ID_HEADER` (generated when absent
-and returned in the response headers).
+and returned in the response headers); anonymous requests get session scope only, in a session the
+server issued (:mod:`instrumented_agent.identity` has the gateway contract).
 
 Memory (with ``--memory-url``): runs recall at the scope of the
 :data:`~instrumented_agent.config.MEMORY_SCOPE_HEADER` header (default ``session``, at most the
@@ -39,8 +40,15 @@ from instrumented_agent.config import (
 )
 from instrumented_agent.errors import AgentError
 from instrumented_agent.faults import DOWN_AGENT, Fault, FaultSwitch
+from instrumented_agent.identity import IdentityError, SessionIssuer, identity_values
 from instrumented_agent.mcp_client import McpToolbox
-from instrumented_agent.memory import LongTermMemory, MemoryService, RelationalStore, parse_scope
+from instrumented_agent.memory import (
+    LongTermMemory,
+    MemoryScopeError,
+    MemoryService,
+    RelationalStore,
+    parse_scope,
+)
 from instrumented_agent.model_client import ModelClient
 from instrumented_agent.openai_api import (
     SSE_DONE,
@@ -221,6 +229,7 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
     """The agent's FastAPI app; MCP sessions open (and autonomous runs start) with the app."""
     state: dict[str, _AgentService] = {}
     faults = FaultSwitch.from_env()
+    issuer = SessionIssuer.from_env()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -273,7 +282,7 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatRequest, request: Request) -> JSONResponse | StreamingResponse:
         try:
-            identity, scope = _identity(request), parse_scope(request.headers.get(MEMORY_SCOPE_HEADER))
+            identity, scope = _identity(request, issuer)
         except AgentError as exc:
             return _error_response(exc)
         conversation_id = request.headers.get(CONVERSATION_ID_HEADER) or None
@@ -296,7 +305,7 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
         if memory is None:
             return JSONResponse(error_body("memory is off", "not_found"), status_code=404)
         try:
-            identity, scope = _identity(request), parse_scope(request.headers.get(MEMORY_SCOPE_HEADER))
+            identity, scope = _identity(request, issuer)
             forgotten = await memory.forget(memory.owner(identity.user_id, identity.session_id), scope)
         except AgentError as exc:
             return _error_response(exc)
@@ -306,11 +315,23 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
     return app
 
 
-def _identity(request: Request) -> Identity:
-    """The user and session a trusted gateway set on the request (a new session when absent)."""
-    user_id = request.headers.get(USER_ID_HEADER) or None
-    session_id = request.headers.get(SESSION_ID_HEADER)
-    return Identity(user_id=user_id, session_id=session_id) if session_id else Identity(user_id=user_id)
+def _identity(request: Request, issuer: SessionIssuer) -> tuple[Identity, MemoryScope]:
+    """Who the request acts for and its memory scope, by the gateway contract (:mod:`.identity`)."""
+    raw = [(key.decode("latin-1"), value.decode("latin-1")) for key, value in request.headers.raw]
+    values = identity_values(raw)
+    user_id = values.get(USER_ID_HEADER) or None
+    session_id = values.get(SESSION_ID_HEADER) or None
+    scope = parse_scope(values.get(MEMORY_SCOPE_HEADER))
+    if user_id is None:
+        if session_id is not None and not issuer.issued(session_id):
+            raise IdentityError(
+                "an anonymous request may only name a session this system issued (omit the header to get one)"
+            )
+        session_id = session_id or issuer.issue()
+        if scope is not MemoryScope.SESSION:
+            raise MemoryScopeError("anonymous requests have the session scope only")
+    identity = Identity(user_id=user_id, session_id=session_id) if session_id else Identity(user_id=user_id)
+    return identity, scope
 
 
 def _memory_service(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,6 +25,8 @@ from types import FrameType, TracebackType
 from typing import Self
 
 import httpx
+
+from instrumented_agent.identity import ENV_SESSION_KEY
 
 __all__ = ["RunningService", "ServiceSpec", "StartupError", "Supervisor"]
 
@@ -85,6 +88,8 @@ class Supervisor:
     ) -> None:
         self.workdir = workdir
         self._env = {**(os.environ if env is None else env), ENV_SUPERVISOR_PID: str(os.getpid())}
+        # one key for every agent of the system: an anonymous session follows its delegations
+        self._env.setdefault(ENV_SESSION_KEY, secrets.token_hex(32))
         self._startup_timeout_s = startup_timeout_s
         self.services: dict[str, RunningService] = {}
 

@@ -200,11 +200,13 @@ async def test_scopes_isolate_sessions_agents_and_users(
         "alice s3 via appdev",
     }
     assert await seen(infra, infra.owner("bob", "s1"), MemoryScope.USER) == {"bob s1 via infra"}
-    assert await seen(infra, infra.owner(None, "s1"), MemoryScope.AGENT) == {"anonymous s1 via infra"}
+    assert await seen(infra, infra.owner(None, "s1"), MemoryScope.SESSION) == {"anonymous s1 via infra"}
+    assert await seen(infra, infra.owner(None, "s2"), MemoryScope.SESSION) == set()
     with pytest.raises(MemoryScopeError, match="store scope is refused"):
         await infra.recall(alice, MemoryScope.STORE, "")
-    with pytest.raises(MemoryScopeError, match="needs a verified user"):
-        await infra.recall(infra.owner(None, "s1"), MemoryScope.USER, "")
+    for wider in (MemoryScope.AGENT, MemoryScope.USER):
+        with pytest.raises(MemoryScopeError, match="anonymous requests have the session scope only"):
+            await infra.recall(infra.owner(None, "s1"), wider, "")
     ceiling = MemoryService("infra", otel, infra.relational, max_read_scope=MemoryScope.SESSION)
     with pytest.raises(MemoryScopeError, match="above this agent's ceiling"):
         await ceiling.recall(alice, MemoryScope.AGENT, "")

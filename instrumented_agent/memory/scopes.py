@@ -5,7 +5,7 @@ was authored in. A read resolves to one scope level (session < agent < user < st
 
 | scope | reads |
 | --- | --- |
-| ``session`` | this agent x this user x this session |
+| ``session`` | this agent x this user x this session (the only scope of anonymous requests) |
 | ``agent`` | this agent x this user, every session |
 | ``user`` | this user across every agent on the store (needs a verified user) |
 | ``store`` | everything: refused for any request arriving through an agent |
@@ -93,8 +93,8 @@ def check_read_scope(scope: MemoryScope, ceiling: MemoryScope, owner: Owner) -> 
         raise MemoryScopeError(
             f"memory scope {scope.value!r} is above this agent's ceiling {ceiling.value!r}"
         )
-    if scope is MemoryScope.USER and owner.user_id is None:
-        raise MemoryScopeError("the user scope needs a verified user")
+    if owner.user_id is None and scope is not MemoryScope.SESSION:
+        raise MemoryScopeError("anonymous requests have the session scope only")
 
 
 def scope_clause(table: Table, scope: MemoryScope, owner: Owner) -> ColumnElement[bool]:
