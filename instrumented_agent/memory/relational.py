@@ -38,6 +38,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import StaticPool
 
 from instrumented_agent.memory.scopes import Owner, scope_clause
@@ -230,8 +231,16 @@ class RelationalStore:
         """Fold the session's older turns into a new summary version if the window exceeds ``budget``.
 
         The newest turns that fit in half the budget stay in the window (at least the last one).
+        When a concurrent compaction of the same session wrote this summary version first, it
+        folded these turns already: ``None``, nothing to do.
         """
         self.ensure_schema()
+        try:
+            return self._compact(owner, budget, summarise)
+        except IntegrityError:  # uq_kaos_memory_summary_version: the other compaction won
+            return None
+
+    def _compact(self, owner: Owner, budget: int, summarise: Summariser) -> Compaction | None:
         session = scope_clause(turns, MemoryScope.SESSION, owner)
         with self._engine.begin() as conn:
             rows = conn.execute(
