@@ -21,6 +21,7 @@ import httpx
 from instrumented_agent.config import (
     DELEGATE_TOOL,
     DELEGATED_BY_HEADER,
+    MEMORY_SCOPE_HEADER,
     SESSION_ID_HEADER,
     USER_ID_HEADER,
     AgentConfig,
@@ -39,7 +40,7 @@ from instrumented_agent.openai_api import ChatMessage, Completion, ToolCall, Usa
 from kaos_otel import AgentRun, KaosOtelManager, MemoryScope, Outcome, RequestOrigin
 from kaos_otel.catalog import OVERFLOW_VALUE
 
-__all__ = ["Agent", "Identity", "RunResult"]
+__all__ = ["Agent", "ForgetReport", "Identity", "RunResult"]
 
 _log = logging.getLogger(__name__)
 
@@ -80,6 +81,14 @@ def _logged(what: str) -> Iterator[None]:
     except Exception:
         _log.exception("%s failed", what)
         raise
+
+
+@dataclass
+class ForgetReport:
+    """What a forget deleted, per agent and store (``None``: not counted), and the stores that failed."""
+
+    deleted: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
 
 
 class Agent:
@@ -265,6 +274,44 @@ class Agent:
                 raise UnknownToolError(f"unknown tool {name!r}")
             _log.info("calling tool %s", name)
             return await self._toolbox.call(name, arguments)
+
+    async def forget(self, identity: Identity, scope: MemoryScope) -> ForgetReport:
+        """Forget ``scope`` of ``identity`` in this agent's stores and at every sub-agent (theirs too)."""
+        report = ForgetReport()
+        if self.memory is not None:
+            forgotten = await self.memory.forget(
+                self.memory.owner(identity.user_id, identity.session_id), scope
+            )
+            report.deleted[self.name] = forgotten.deleted
+            report.failed += [f"{self.name}/{store}" for store in forgotten.degraded]
+        answers = await asyncio.gather(
+            *(self._forget_at(name, url, identity, scope) for name, url in self.config.sub_agents.items())
+        )
+        for answer in answers:
+            report.deleted.update(answer.deleted)
+            report.failed += answer.failed
+        return report
+
+    async def _forget_at(self, target: str, url: str, identity: Identity, scope: MemoryScope) -> ForgetReport:
+        """A sub-agent's forget of the same identity and scope."""
+        headers = {
+            SESSION_ID_HEADER: identity.session_id,
+            DELEGATED_BY_HEADER: self.name,
+            MEMORY_SCOPE_HEADER: scope.value,
+        }
+        if identity.user_id:
+            headers[USER_ID_HEADER] = identity.user_id
+        try:
+            response = await self._http.delete(f"{url.rstrip('/')}/v1/memory", headers=headers)
+            if response.status_code == 404:  # memory is off there: it holds nothing
+                return ForgetReport()
+            if response.status_code not in (200, 503):
+                return ForgetReport(failed=[f"{target}/http-{response.status_code}"])
+            body = response.json()
+            return ForgetReport(dict(body["deleted"]), list(body["failed"]))
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            _log.warning("forget at %s failed: %s", target, type(exc).__name__)
+            return ForgetReport(failed=[f"{target}/unreachable"])
 
     async def _delegate(self, target: str, task: str, identity: Identity) -> str:
         """Ask sub-agent ``target`` to do ``task``; its answer is the result."""

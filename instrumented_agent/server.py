@@ -14,7 +14,8 @@ server issued (:mod:`instrumented_agent.identity` has the gateway contract).
 
 Memory (with ``--memory-url``): runs recall at the scope of the
 :data:`~instrumented_agent.config.MEMORY_SCOPE_HEADER` header (default ``session``, at most the
-agent's ceiling) and ``DELETE /v1/memory`` forgets that scope across all three tiers.
+agent's ceiling) and ``DELETE /v1/memory`` forgets that scope across all three tiers, here and at
+every sub-agent.
 """
 
 from __future__ import annotations
@@ -300,17 +301,21 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
 
     @app.delete("/v1/memory", response_model=None)
     async def forget(request: Request) -> JSONResponse:
-        """Forget the request's memory scope (default ``session``) across all three tiers."""
-        memory = state["service"].agent.memory
-        if memory is None:
+        """Forget the request's memory scope (default ``session``) here and at every sub-agent.
+
+        The answer counts what each agent deleted per store; it is a 503 naming the stores that
+        failed (``agent/store``) if any did.
+        """
+        agent = state["service"].agent
+        if agent.memory is None and not config.sub_agents:
             return JSONResponse(error_body("memory is off", "not_found"), status_code=404)
         try:
             identity, scope = _identity(request, issuer)
-            forgotten = await memory.forget(memory.owner(identity.user_id, identity.session_id), scope)
+            report = await agent.forget(identity, scope)
         except AgentError as exc:
             return _error_response(exc)
-        body = {"scope": scope.value, "deleted": forgotten.deleted, "degraded": forgotten.degraded}
-        return JSONResponse(body, status_code=503 if forgotten.degraded else 200, headers=_trace_headers())
+        body = {"scope": scope.value, "deleted": report.deleted, "failed": report.failed}
+        return JSONResponse(body, status_code=503 if report.failed else 200, headers=_trace_headers())
 
     return app
 

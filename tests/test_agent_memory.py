@@ -395,7 +395,7 @@ def test_agents_remember_over_http_and_survive_a_memory_outage(
         assert above.status_code == 403  # the default ceiling is agent
         with httpx.Client(timeout=30, trust_env=False) as client:
             forgot = client.request("DELETE", f"{keeper.url}/v1/memory", headers=headers)
-        assert forgot.status_code == 200 and forgot.json()["deleted"]["short_term"] >= 2
+        assert forgot.status_code == 200 and forgot.json()["deleted"]["keeper"]["short_term"] >= 2
 
         down = _chat(amnesiac.url, "Look up the weather", {USER_ID_HEADER: "grace"})
         assert down.status_code == 200

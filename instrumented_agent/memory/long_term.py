@@ -78,6 +78,35 @@ class LongTermMemory:
         found = self._loaded().get_all(filters=mem0_ids(scope, owner))
         return [str(item["memory"]) for item in found.get("results", [])]
 
-    def delete(self, owner: Owner, scope: MemoryScope) -> None:
-        """Delete every fact in ``scope``."""
-        self._loaded().delete_all(**mem0_ids(scope, owner))
+    def delete(self, owner: Owner, scope: MemoryScope) -> int:
+        """Delete every fact in ``scope``, and what Mem0's history database kept of them; how many."""
+        memory = self._loaded()
+        ids = mem0_ids(scope, owner)
+        found = memory.get_all(filters=ids, top_k=_ALL)
+        memory_ids = [str(item["id"]) for item in found.get("results", [])]
+        memory.delete_all(**ids)
+        _purge_history(memory.db, memory_ids, ids)
+        return len(memory_ids)
+
+
+_ALL = 1_000_000
+"""``top_k`` that lists every fact of a scope."""
+
+
+def _purge_history(db: Any, memory_ids: Sequence[str], ids: dict[str, str]) -> None:
+    """Remove the deleted facts from Mem0's history database (it keeps every old text verbatim).
+
+    Its ``history`` rows of those facts and its ``messages`` rows of the scope go, then the file is
+    rebuilt (``VACUUM``) so that no page still holds the text.
+    """
+    with db._lock:
+        connection = db.connection
+        connection.execute("BEGIN")
+        connection.executemany("DELETE FROM history WHERE memory_id = ?", [(i,) for i in memory_ids])
+        scopes = [row[0] for row in connection.execute("SELECT DISTINCT session_scope FROM messages")]
+        for session_scope in scopes:
+            parts = dict(part.partition("=")[::2] for part in str(session_scope).split("&"))
+            if all(parts.get(key) == value for key, value in ids.items()):
+                connection.execute("DELETE FROM messages WHERE session_scope = ?", (session_scope,))
+        connection.execute("COMMIT")
+        connection.execute("VACUUM")

@@ -33,6 +33,7 @@ from sqlalchemy import (
     and_,
     create_engine,
     delete,
+    event,
     func,
     select,
     update,
@@ -131,7 +132,17 @@ def _engine(url: str) -> Engine:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     elif parsed.get_backend_name() == "postgresql":
         options["connect_args"] = {"connect_timeout": 3}
-    return create_engine(parsed, **options)
+    engine = create_engine(parsed, **options)
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _overwrite_deleted_content)
+    return engine
+
+
+def _overwrite_deleted_content(connection: Any, _: Any) -> None:
+    """SQLite zeroes what a DELETE removes, so forgotten text leaves the database file too."""
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA secure_delete = ON")
+    cursor.close()
 
 
 class RelationalStore:

@@ -171,8 +171,12 @@ class MemoryService:
         self._otel.record_window_tokens(self.agent, window)
 
     async def forget(self, owner: Owner, scope: MemoryScope) -> Forgotten:
-        """Delete everything ``scope`` holds in all three tiers, in one pass."""
-        check_read_scope(scope, self.max_read_scope, owner)
+        """Delete everything ``scope`` holds in all three tiers, in one pass.
+
+        Any scope up to ``user`` may be forgotten, whatever the read ceiling (``store`` never, and
+        anonymous requests only their session).
+        """
+        check_read_scope(scope, MemoryScope.USER, owner)
         await self.drain()  # an extraction still running would write facts back
         forgotten = Forgotten()
         deletes: tuple[tuple[MemoryTier, Callable[[Owner, MemoryScope], int]], ...] = (
@@ -188,11 +192,11 @@ class MemoryService:
             if count is None:
                 forgotten.degraded.append(tier.value)
         if self.long_term is not None:
-            deleted = await self._in_thread(
-                "long-term forget", None, False, _returning_true(partial(self.long_term.delete, owner, scope))
+            facts = await self._in_thread(
+                "long-term forget", None, None, partial(self.long_term.delete, owner, scope)
             )
-            forgotten.deleted[MemoryTier.LONG_TERM.value] = None
-            if not deleted:
+            forgotten.deleted[MemoryTier.LONG_TERM.value] = facts
+            if facts is None:
                 forgotten.degraded.append(MemoryTier.LONG_TERM.value)
         return forgotten
 
