@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the kaos-otel collector distribution from collector/builder-config.yaml.
 #
-#   bash collector/build.sh          # prints the binary path on stdout (progress goes to stderr)
+#   bash collector/build.sh               # prints the binary path on stdout (progress on stderr)
+#   bash collector/build.sh telemetrygen  # the collector project's load generator, same release
 #
 # The build lives OUTSIDE the repository, in a cache directory named by the manifest's hash:
 #   ${KAOS_BUILD_CACHE:-$HOME/.cache/kaos-otel}/otelcol-<hash>/kaos-otelcol
@@ -41,6 +42,20 @@ link_and_print() {
 }
 
 mkdir -p "$CACHE"
+# telemetrygen (bench/gateway.py): installed with `go install` at the collector release.
+if [[ "${1:-}" == "telemetrygen" ]]; then
+  TG="$CACHE/telemetrygen-$BUILDER_VERSION/telemetrygen"
+  mkdir -p "$(dirname "$TG")"
+  exec 9>"$TG.lock"
+  flock 9
+  if [[ ! -x "$TG" ]]; then
+    echo "build.sh: installing telemetrygen@$BUILDER_VERSION" >&2
+    GOBIN="$(dirname "$TG")" CGO_ENABLED=0 go install \
+      "github.com/open-telemetry/opentelemetry-collector-contrib/cmd/telemetrygen@$BUILDER_VERSION" >&2
+  fi
+  echo "$TG"
+  exit 0
+fi
 exec 9>"$OUT.lock"
 flock 9
 if [[ "${FORCE:-0}" != "1" && -x "$BIN" && -f "$DONE" ]]; then
