@@ -5,12 +5,13 @@
 Needs the collector (``bash collector/build.sh``) and telemetrygen, the collector project's load
 generator at the same release (``bash collector/build.sh telemetrygen``, run by this module).
 
-1. **Gateway, saturated**: telemetrygen sends agent-like spans (the attributes our agents set,
-   a 200-character string for the redaction patterns to scan) unthrottled to one gateway running
-   the production configuration plus tail sampling (``otelcol-config.yaml`` +
-   ``otelcol-gateway.yaml``; exporters ``debug``, so no backend limits it). Figures: spans/s the
-   gateway accepted (none refused), and the gateway's CPU time per span, which gives spans/s per
-   core independently of how busy the shared machine was.
+1. **Gateway, load steps**: telemetrygen (4 workers) sends agent-like spans (the attributes our
+   agents set, a 200-character string for the redaction patterns to scan) at each ``--rates``
+   step to one gateway running the production configuration plus tail sampling (``otelcol-config.yaml`` +
+   ``otelcol-gateway.yaml``; exporters ``debug``, so no backend limits it). Figures per step: spans/s
+   the gateway accepted and refused, and its CPU time per span, which gives spans/s per core
+   independently of how busy the shared machine was (the load generator shares the machine, so
+   the highest step it reaches is a floor, not the gateway's limit).
 2. **Agent tier at a fixed rate**: telemetrygen -> agent-tier collector (``otelcol-agent.yaml``,
    ``load_balancing`` by trace id) -> the gateway, at ``--agent-rate`` spans/s. Figure: the agent
    tier's CPU time per span (and per second at that rate).
@@ -31,6 +32,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +61,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 def metric_total(url: str, name: str) -> float:
-    """Sum of every sample of ``name`` at a Prometheus endpoint (0 if none)."""
+    """Sum of every sample of counter ``name`` (with or without ``_total``) at a Prometheus endpoint."""
     with urllib.request.urlopen(url, timeout=5) as response:
         body = response.read().decode()
-    pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
+    pattern = re.compile(rf"^{re.escape(name)}(?:_total)?(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
     return sum(float(value) for value in pattern.findall(body))
 
 
@@ -78,10 +80,10 @@ class Collector:
         return cpu_seconds(self.process.pid)
 
     def accepted_spans(self) -> float:
-        return metric_total(self.telemetry_url, "otelcol_receiver_accepted_spans_total")
+        return metric_total(self.telemetry_url, "otelcol_receiver_accepted_spans")
 
     def refused_spans(self) -> float:
-        return metric_total(self.telemetry_url, "otelcol_receiver_refused_spans_total")
+        return metric_total(self.telemetry_url, "otelcol_receiver_refused_spans")
 
 
 @contextmanager
@@ -130,9 +132,8 @@ def telemetrygen_binary() -> str:
     return done.stdout.strip()
 
 
-def generate(telemetrygen: str, endpoint: str, seconds: float, traces_per_s: float) -> None:
-    """telemetrygen traces to ``endpoint`` (``traces_per_s`` 0: as fast as it can, 2 workers)."""
-    workers = 2
+def generate(telemetrygen: str, endpoint: str, seconds: float, spans_per_s: float, workers: int) -> None:
+    """telemetrygen traces to ``endpoint``, ``spans_per_s`` in all, from ``workers`` workers."""
     args = [
         telemetrygen,
         "traces",
@@ -143,8 +144,8 @@ def generate(telemetrygen: str, endpoint: str, seconds: float, traces_per_s: flo
         f"{seconds}s",
         "--workers",
         str(workers),
-        "--rate",
-        str(traces_per_s / workers),
+        "--rate",  # per worker; telemetrygen paces every span, children included
+        str(spans_per_s / workers),
         "--child-spans",
         str(CHILD_SPANS),
         "--service",
@@ -184,7 +185,8 @@ def measure(target: Collector, run: Callable[[], None]) -> Window:
     return Window(target.accepted_spans() - spans, target.refused_spans() - refused, target.cpu() - cpu, wall)
 
 
-def run(seconds: float, agent_rate: float) -> dict[str, Any]:
+def run(seconds: float, rates: list[float], agent_rate: float) -> dict[str, Any]:
+    """Every load step against one gateway, then the agent tier at ``agent_rate``."""
     telemetrygen = telemetrygen_binary()
     facts = machine_facts()
     gateway_env = {
@@ -200,14 +202,16 @@ def run(seconds: float, agent_rate: float) -> dict[str, Any]:
         work = Path(tmp)
         gateway_configs = [COLLECTOR / "otelcol-config.yaml", COLLECTOR / "otelcol-gateway.yaml"]
         with collector(gateway_configs, gateway_env, work / "gateway.log") as gateway:
-            saturated = measure(gateway, lambda: generate(telemetrygen, gateway.otlp, seconds, 0))
-            results["gateway_saturated"] = saturated.as_json()
+            steps = []
+            for rate in rates:
+                window = measure(gateway, partial(generate, telemetrygen, gateway.otlp, seconds, rate, 4))
+                steps.append({"offered_spans_per_s": rate, **window.as_json()})
+            results["gateway_steps"] = steps
             agent_env = {"KAOS_GATEWAYS": f"[{gateway.otlp}]"}
             with collector([COLLECTOR / "otelcol-agent.yaml"], agent_env, work / "agent.log") as agent:
-                traces_per_s = agent_rate / (CHILD_SPANS + 1)
                 spans_before, cpu_before = gateway.accepted_spans(), gateway.cpu()
                 agent_window = measure(
-                    agent, lambda: generate(telemetrygen, agent.otlp, seconds, traces_per_s)
+                    agent, partial(generate, telemetrygen, agent.otlp, seconds, agent_rate, 2)
                 )
                 gateway_spans = max(1.0, gateway.accepted_spans() - spans_before)
                 results["agent_tier"] = {
@@ -224,9 +228,15 @@ def run(seconds: float, agent_rate: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gateway", description=__doc__)
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each load run")
+    parser.add_argument(
+        "--rates",
+        default="2000,5000,10000,20000",
+        help="spans/s offered to the gateway, one load run each (comma-separated)",
+    )
     parser.add_argument("--agent-rate", type=float, default=5000.0, help="spans/s offered to the agent tier")
     args = parser.parse_args(argv)
-    results = run(args.seconds, args.agent_rate)
+    rates = [float(rate) for rate in args.rates.split(",") if rate.strip()]
+    results = run(args.seconds, rates, args.agent_rate)
     print(json.dumps(results, indent=2))
     return 0
 
