@@ -95,4 +95,43 @@ reference agent's process). Changes to the core, each with a test that fails wit
   raw SDK pipeline at full load: it cleans (redacts, caps) every exported string on the export
   thread, and sends a batch as several smaller requests (fix 5). Both are deliberate; 5,000 spans
   a second is still some twenty times what an agent serving 25 requests a second produces.
+
+## Scale-out: one gateway's capacity and the agent tier's cost
+
+Measured by `python -m bench.gateway` (not part of `python -m bench`: it needs the built collector
+and telemetrygen, `bash collector/build.sh telemetrygen`) on 2026-11-30 18:48 UTC, on the same
+2-core machine while four other builds and test runs shared it (load average 13.6 at start, 13.4
+at the end: figures from wall-clock rates are floors). telemetrygen v0.161 sent agent-like traces
+(7 spans, the attributes of a model-call span and 200 characters of text for the redaction
+patterns) to one gateway running the production configuration plus tail sampling
+(`otelcol-config.yaml` + `otelcol-gateway.yaml`, exporters `debug` so that no backend limits it);
+CPU times are the collector processes' own (`/proc/<pid>/stat`).
+
+| offered spans/s | accepted spans/s | refused | CPU per span | cores used | spans/s per core |
+|---|---|---|---|---|---|
+| 2,000 | 1,950 | 0 | 38.9 us | 0.08 | 25,700 |
+| 5,000 | 4,130 | 0 | 33.6 us | 0.14 | 29,800 |
+| 10,000 | 5,530 | 0 | 40.7 us | 0.22 | 24,600 |
+| 20,000 | 4,160 | 0 | 38.1 us | 0.16 | 26,200 |
+
+The load generator, on the same overloaded cores, could not send more than about 5,500 spans/s;
+the gateway never refused a span and used at most a fifth of a core, so it was not the limit.
+Its cost per span, 34-41 us of CPU, is the portable figure: **about 25,000 spans/s per gateway
+core** (a floor: batches grow with the rate, which makes each span cheaper).
+
+**Agent tier** (`otelcol-agent.yaml`: receive, batch, route by trace id, gzip to the gateway):
+26.2 us of CPU per span at 2,030 spans/s (0.05 of a core), so about 38,000 spans/s per core;
+exporting at one gateway core's worth (25,000 spans/s) costs the agent tier about 0.65 of a core,
+spread over the nodes that produce it. Inside the agent process, the SDK's export thread is the
+larger cost: one Python process exports at most about 5,300 spans/s (Throughput above), i.e. a
+process busy with telemetry near that rate is already the bottleneck long before the collectors.
+
+**Sizing rule.** spans/s = spans per request x requests per second (the reference agent's research
+request, `kaos-agent demo --scenario research`, is 37 spans over 5 services). Gateway cores =
+spans/s / 25,000, doubled for headroom (a gateway must absorb a failed peer's share and decide on
+time), and at least 2 gateways (3 to lose one without overloading the rest). Gateway memory =
+decision wait (10 s after the root, 60 s at most) x traces/s x spans per trace x about 1 KiB.
+Agent tier: 26 us x the node's spans/s, e.g. 0.03 of a core per node at 1,000 spans/s. Example:
+200 research requests/s x 37 spans = 7,400 spans/s -> 0.3 gateway cores, doubled 0.6: three 1-core
+gateways are plenty, holding about 7,400 x 10 s x 1 KiB = 74 MiB (25 MiB each) of pending traces.
 """
