@@ -11,6 +11,32 @@ import pytest
 from kaos_otel import KaosOtelManager
 from kaos_otel.receiver import OtlpReceiver
 
+FAST_MODULES = frozenset(
+    {
+        "test_agent_config.py",
+        "test_catalog.py",
+        "test_config_parity.py",
+        "test_content_policy.py",
+        "test_content_safety_layer.py",
+        "test_dashboards.py",
+        "test_domain_spans.py",
+        "test_propagation.py",
+        "test_receiver.py",
+        "test_spans.py",
+        "test_w3c_trace_context.py",
+    }
+)
+"""Modules in the quick subset (``python3 -m pytest -m fast``) as a whole: in-process only, no
+service processes, collector, Prometheus or Mem0, no deadline waits. Other modules mark single
+tests with ``@pytest.mark.fast``."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test of :data:`FAST_MODULES` ``fast``."""
+    for item in items:
+        if item.path.name in FAST_MODULES:
+            item.add_marker(pytest.mark.fast)
+
 
 @pytest.fixture
 def otlp_receiver() -> Iterator[OtlpReceiver]:

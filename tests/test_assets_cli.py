@@ -44,7 +44,6 @@ def _run_installed(site: Path, cwd: Path, *words: str) -> subprocess.CompletedPr
     )  # fmt: skip
 
 
-@pytest.mark.fast
 @pytest.mark.timeout(300)
 def test_the_wheel_carries_the_assets_and_the_commands_work_from_any_directory(
     installed_wheel: Path, tmp_path: Path

@@ -175,7 +175,12 @@ def test_demo_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
         listed = next((line for line in demo.stdout if line.lstrip().startswith("coordinator ")), None)
         assert listed is not None, "the demo ended without listing its services"
         demo.send_signal(signal.SIGINT)
-        out, err = demo.communicate(timeout=60)
+        try:
+            out, err = demo.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+            out, err = demo.communicate()
+            pytest.fail(f"the demo was still running 60 s after Ctrl-C:\n{out}\n{err}")
     finally:
         if demo.poll() is None:
             demo.kill()

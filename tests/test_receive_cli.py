@@ -122,9 +122,7 @@ def receive(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], _Lines, Pat
 
 def _run_agent(endpoint: str, protocol: str) -> str:
     """One agent run exported to ``endpoint``; returns its trace id."""
-    otel = KaosOtelManager(
-        "my-agent", endpoint=endpoint, protocol=protocol, global_providers=False
-    )
+    otel = KaosOtelManager("my-agent", endpoint=endpoint, protocol=protocol, global_providers=False)
     with otel.invoke_agent("my-agent", max_steps=3) as run, otel.agent_step(run):
         with otel.model_call("my-agent", "gpt-4o", provider="openai") as call:
             call.record_usage(input_tokens=12, output_tokens=3)
