@@ -20,6 +20,10 @@ share, within a stated tolerance), and that request and error counts (span metri
 own metrics) are exact. Phase B keeps traffic flowing while gateway 3 is SIGKILLed and restarted
 on the same address, and measures what is lost and how fast routing recovers.
 
+A last fixture runs the live demo (``kaos-agent demo --duration`` with memory errors, model
+errors and a slow model switched on mid-run; five services) through one agent tier into three
+gateways and checks the same rules on its traces, with the tap as ground truth.
+
 The figures are written to ``scale-report.json`` in the test's directory and printed (``-s``).
 """
 
@@ -29,6 +33,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -220,7 +226,7 @@ class Gateway:
             stop_collector(self.collector)
 
 
-def gateway(name: str, tmp: Path) -> Gateway:
+def gateway(name: str, tmp: Path, after_root_s: float = AFTER_ROOT_S) -> Gateway:
     sink = OtlpReceiver().start()
     grpc, http, health, prom, telemetry = (free_port() for _ in range(5))
     env = {
@@ -239,7 +245,7 @@ def gateway(name: str, tmp: Path) -> Gateway:
         "KAOS_TAIL_SLOW_MS": str(SLOW_MS),
         "KAOS_TAIL_KEEP_PERCENT": str(KEEP_PERCENT),
         "KAOS_TAIL_DECISION_WAIT": f"{DECISION_WAIT_S}s",
-        "KAOS_TAIL_WAIT_AFTER_ROOT": f"{AFTER_ROOT_S}s",
+        "KAOS_TAIL_WAIT_AFTER_ROOT": f"{after_root_s}s",
         "KAOS_TAIL_NUM_TRACES": "20000",
     }
     return Gateway(
@@ -543,8 +549,6 @@ def scale_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScaleRun]:
 
 def test_build_has_the_scale_components_and_configs_validate() -> None:
     """load_balancing and tail_sampling are in the build; both tiers' configurations validate."""
-    import subprocess
-
     components = subprocess.run(
         [str(collector_binary()), "components"], capture_output=True, text=True, timeout=60, check=False
     )
@@ -687,3 +691,121 @@ def test_a_gateway_crash_loses_only_what_it_held(scale_run: ScaleRun) -> None:
         for s in after_restart
         if trace_class(run.truth[s.trace_id]) != "other" or kept_by_hash(s.trace_id, KEEP_PERCENT)
     )
+
+
+# --------------------------------------------------------------------------- live demo traffic
+
+DEMO_SECONDS = 12
+DEMO_RATE = 3
+DEMO_FAULTS = ("memory-errors@2-8", "model-errors@4-7", "model-latency@8-10")
+DEMO_AFTER_ROOT_S = 3
+
+
+@dataclass
+class DemoRun:
+    """The live demo through one agent tier into the three gateways."""
+
+    summary: dict[str, Any]
+    truth: dict[str, list[ReceivedSpan]]
+    delivered: dict[str, dict[str, list[ReceivedSpan]]]
+    sdk_requests: Counter[tuple[str, str]]
+    coordinator_spans_counted: float
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
+    """``kaos-agent demo --duration`` with faults (5 services, one agent tier) into 3 gateways."""
+    collector_binary()
+    tmp = tmp_path_factory.mktemp("scale-demo")
+    gateways = [gateway(f"gateway-{i}", tmp, DEMO_AFTER_ROOT_S) for i in (1, 2, 3)]
+    agent: Collector | None = None
+    try:
+        for g in gateways:
+            g.start()
+        agent, tap, telemetry = start_agent_tier("agent", tmp, gateways)
+        logs = [g.log for g in gateways] + [agent.log]
+        env = {
+            **os.environ,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{agent.grpc_endpoint}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+            "OTEL_BLRP_SCHEDULE_DELAY": "200",
+        }
+        faults = [arg for fault in DEMO_FAULTS for arg in ("--fault", fault)]
+        command = [
+            sys.executable,
+            "-m",
+            "instrumented_agent.cli",
+            "demo",
+            "--json",
+            "--workdir",
+            str(tmp / "demo"),
+        ]
+        command += ["--duration", str(DEMO_SECONDS), "--rate", str(DEMO_RATE), *faults]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads(done.stdout)
+
+        def tap_spans() -> list[ReceivedSpan]:
+            return load_otlp_json(tap).spans if tap.exists() else []
+
+        def queues_empty() -> bool:
+            return total(telemetry, "otelcol_exporter_queue_size") == 0
+
+        wait_for(lambda: bool(tap_spans()) and queues_empty(), "the agent tier to forward everything", logs)
+        last_counts: list[int] = []
+
+        def settled() -> bool:
+            nonlocal last_counts
+            counts = [len(g.sink.spans()) for g in gateways]
+            pending = [scrape(g.telemetry_url).get(TRACES_ON_MEMORY) for g in gateways]
+            idle = all(p is not None and sum(v for _, v in p) == 0 for p in pending)
+            stable, last_counts = counts == last_counts, counts
+            return idle and stable
+
+        wait_for(settled, "every gateway to decide and export what it holds", logs, poll_s=1.5)
+        counted = sum(
+            total(g.prometheus_url, "traces_span_metrics_calls_total", span_name=COORDINATOR_SPAN)
+            for g in gateways
+        )
+        yield DemoRun(
+            summary=summary,
+            truth=by_trace(tap_spans()),
+            delivered={g.name: by_trace(g.sink.spans()) for g in gateways},
+            sdk_requests=sdk_request_counts(gateways),
+            coordinator_spans_counted=counted,
+        )
+    finally:
+        if agent is not None:
+            stop_collector(agent)
+        for g in gateways:
+            g.stop()
+            g.sink.stop()
+
+
+def test_live_demo_traffic_is_routed_and_sampled_by_the_same_rules(demo_run: DemoRun) -> None:
+    """Live demo traffic with faults (memory errors, model errors, slow model): no trace split,
+    every failing and slow trace kept whole, exactly the hash-chosen share of the rest, and the
+    coordinator's request count identical in the SDK's metrics, the span metrics and the demo's
+    own report."""
+    run = demo_run
+    split = [t for t in run.truth if sum(t in traces for traces in run.delivered.values()) > 1]
+    classes: dict[str, dict[str, int]] = defaultdict(lambda: {"sent": 0, "kept": 0})
+    missing: list[tuple[str, str]] = []
+    for trace_id, spans in run.truth.items():
+        cls = trace_class(spans)
+        got = {s.span_id for traces in run.delivered.values() for s in traces.get(trace_id, [])}
+        wanted = cls != "other" or kept_by_hash(trace_id, KEEP_PERCENT)
+        classes[cls]["sent"] += 1
+        classes[cls]["kept"] += bool(got)
+        if wanted and got != {s.span_id for s in spans}:
+            missing.append((cls, trace_id))
+        if not wanted:
+            assert not got, f"trace {trace_id} kept though no policy keeps it"
+    sent = run.summary["live"]["sent"]
+    user_requests = sum(n for (agent, _), n in run.sdk_requests.items() if agent == COORDINATOR)
+    print(f"\nlive demo: {sent} requests, {len(run.truth)} traces, classes {dict(classes)}")
+    assert not split
+    assert classes["failing"]["sent"] > 0 and classes["slow"]["sent"] > 0, dict(classes)
+    assert not missing, f"{len(missing)} traces the policies keep were not kept whole: {missing[:5]}"
+    assert user_requests == sent == run.coordinator_spans_counted
