@@ -3,12 +3,14 @@
 Each session is opened (and its tools listed) by a background task when the agent starts, so a
 tool call during a request is exactly one ``tools/call``: one client span from the ``mcp`` SDK,
 whose context travels in ``params._meta`` and, for servers that only read headers, in the HTTP
-``traceparent`` header too. A session that fails is reopened in the background.
+``traceparent`` header too. A session that stops answering is reopened in the background; a call
+that fails (or whose arguments are too large) fails only its own request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,9 @@ _log = logging.getLogger(__name__)
 _RETRY_INITIAL_S = 0.2
 _RETRY_MAX_S = 5.0
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+_PING_TIMEOUT_S = 5.0
+MAX_TOOL_ARGUMENTS_BYTES = 256 * 1024
+"""A tool call whose arguments are larger fails on its own, before it is sent."""
 
 
 @dataclass(frozen=True)
@@ -83,15 +88,28 @@ class McpToolbox:
         session = next((s for s in self._sessions if name in s.tools and s.client is not None), None)
         if session is None or session.client is None:
             raise ToolError(f"no connected MCP server offers tool {name!r}")
+        size = len(json.dumps(arguments, default=str).encode())
+        if size > MAX_TOOL_ARGUMENTS_BYTES:
+            raise ToolError(f"arguments of {name!r} are {size} bytes, above {MAX_TOOL_ARGUMENTS_BYTES}")
+        client = session.client
         try:
-            result = await session.client.call_tool(name, arguments)
+            result = await client.call_tool(name, arguments)
         except Exception as exc:
-            session.reopen.set()
+            await self._reopen_if_broken(session, client)
             raise ToolError(f"MCP call to {name!r} failed: {type(exc).__name__}") from exc
         text = _text(result)
         if result.is_error:
             raise ToolError(f"tool {name!r} returned an error: {text}")
         return text
+
+    async def _reopen_if_broken(self, session: _Session, client: Client) -> None:
+        """Reopen the session only if it no longer answers a ping: one failed call (a timeout, an
+        oversized reply, a server-side error) must not fail the other requests sharing it."""
+        try:
+            await asyncio.wait_for(client.send_ping(), _PING_TIMEOUT_S)
+        except Exception:
+            if session.client is client:
+                session.reopen.set()
 
     async def aclose(self) -> None:
         """Close every session and stop the background tasks."""

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from opentelemetry import trace
 
@@ -42,6 +43,7 @@ from instrumented_agent.config import (
 from instrumented_agent.errors import AgentError
 from instrumented_agent.faults import DOWN_AGENT, Fault, FaultSwitch
 from instrumented_agent.identity import IdentityError, SessionIssuer, identity_values
+from instrumented_agent.limits import BodyLimitMiddleware, InvalidInputError, check_messages
 from instrumented_agent.mcp_client import McpToolbox
 from instrumented_agent.memory import (
     LongTermMemory,
@@ -267,7 +269,13 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
     app = FastAPI(
         title=f"kaos agent {config.name}", lifespan=lifespan, telemetry=FASTAPI_NATIVE_TELEMETRY_OFF
     )
+    app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(TraceContextMiddleware, otel=otel)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        """A body that is not a chat request (or not valid JSON / UTF-8) is a 400, as OpenAI's API says."""
+        return _error_response(InvalidInputError(f"invalid request body ({len(exc.errors())} problems)"))
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -284,6 +292,7 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
     async def chat_completions(body: ChatRequest, request: Request) -> JSONResponse | StreamingResponse:
         try:
             identity, scope = _identity(request, issuer)
+            check_messages(body.messages)
         except AgentError as exc:
             return _error_response(exc)
         conversation_id = request.headers.get(CONVERSATION_ID_HEADER) or None

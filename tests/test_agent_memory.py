@@ -371,7 +371,7 @@ def test_agents_remember_over_http_and_survive_a_memory_outage(
 ) -> None:
     env = otlp_env(module_receiver.grpc_endpoint, export_delay_ms=200)
     closed = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing"
-    memory = ["--memory-url", f"sqlite:///{tmp_path / 'memory.db'}", "--memory-window-tokens", "60"]
+    memory = ["--memory-url", f"sqlite:///{tmp_path / 'memory.db'}", "--memory-window-tokens", "120"]
     with Supervisor(tmp_path, env=env) as supervisor:
         model = supervisor.spawn(ServiceSpec("model", ["model"]))
         echo = supervisor.spawn(ServiceSpec("mcp-echo", ["mcp", "echo"]))

@@ -82,8 +82,9 @@ summaries = Table(
 
 
 def estimate_tokens(text: str) -> int:
-    """A deterministic token estimate: one per word plus four for the message frame."""
-    return len(text.split()) + 4
+    """A deterministic token estimate that does not depend on spaces: the larger of the word
+    count and one token per four characters, plus four for the message frame."""
+    return max(len(text.split()), (len(text) + 3) // 4) + 4
 
 
 @dataclass(frozen=True)

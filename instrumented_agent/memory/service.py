@@ -24,8 +24,9 @@ from functools import partial
 from typing import TypeVar
 
 from instrumented_agent.faults import MEMORY_LATENCY_S, Fault, FaultSwitch, InjectedFaultError
+from instrumented_agent.limits import cap_turn
 from instrumented_agent.memory.long_term import LongTermMemory
-from instrumented_agent.memory.relational import Compaction, RelationalStore, Summary, Turn
+from instrumented_agent.memory.relational import Compaction, RelationalStore, Summary, Turn, estimate_tokens
 from instrumented_agent.memory.scopes import Owner, check_read_scope
 from kaos_otel import (
     KaosOtelManager,
@@ -57,6 +58,24 @@ class Recall:
     summaries: tuple[Summary, ...] = ()
     facts: tuple[str, ...] = ()
 
+    def within(self, budget: int) -> Recall:
+        """This recall cut to ``budget`` estimated tokens: the oldest turns go first, then the
+        oldest summaries, then the least close facts."""
+        turns, summaries, facts = list(self.turns), list(self.summaries), list(self.facts)
+
+        def size() -> int:
+            texts = [t.content for t in turns] + [s.content for s in summaries] + facts
+            return sum(estimate_tokens(text) for text in texts)
+
+        while size() > budget and (turns or summaries or facts):
+            if turns:
+                turns.pop(0)
+            elif summaries:
+                summaries.pop()
+            else:
+                facts.pop()
+        return Recall(tuple(turns), tuple(summaries), tuple(facts))
+
     def as_context(self) -> str | None:
         """The recalled memory as one system message (``None`` when nothing was recalled)."""
         parts = [f"Summary of earlier conversation: {s.content}" for s in self.summaries]
@@ -83,7 +102,7 @@ def summarise(previous: str | None, turns: Sequence[Turn]) -> str:
         text = " ".join(words[:_TURN_WORDS]) + (" ..." if len(words) > _TURN_WORDS else "")
         lines.append(f"{turn.role}: {text}")
     words = " | ".join(lines).split()
-    return " ".join(words[-_SUMMARY_WORDS:])
+    return cap_turn(" ".join(words[-_SUMMARY_WORDS:]))
 
 
 class MemoryService:
@@ -103,6 +122,8 @@ class MemoryService:
         self.agent = agent
         self.max_read_scope = max_read_scope
         self.window_tokens = window_tokens
+        self.recall_tokens = 2 * window_tokens
+        """What recall may put into a prompt: the window, and as much again of summaries and facts."""
         self.relational = relational
         self.long_term = long_term
         self._otel = otel
@@ -155,10 +176,14 @@ class MemoryService:
             facts = await self._in_thread(
                 "long-term search", None, [], lambda: long_term.search(owner, scope, query, RECALL_FACTS)
             )
-        return Recall(tuple(turns), tuple(summaries), tuple(facts))
+        return Recall(tuple(turns), tuple(summaries), tuple(facts)).within(self.recall_tokens)
 
     async def remember(self, owner: Owner, turns: Sequence[Turn]) -> None:
-        """Append ``turns`` to the session's window, compacting it when it exceeds its budget."""
+        """Append ``turns`` to the session's window, compacting it when it exceeds its budget.
+
+        A turn above :data:`~instrumented_agent.limits.MAX_STORED_TURN_CHARS` is stored cut.
+        """
+        turns = [Turn(turn.role, cap_turn(turn.content)) for turn in turns]
         store = self.relational
         with self._operation(MemoryTier.SHORT_TERM, "create_memory", MemoryScope.SESSION, owner) as op:
             window = await self._in_thread("append", op, None, lambda: store.append(owner, turns))

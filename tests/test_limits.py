@@ -1,0 +1,127 @@
+"""Bounded resources and clear errors: body, message and text limits over HTTP, invalid Unicode,
+what memory stores and recalls, and MCP calls that fail on their own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from instrumented_agent.errors import ToolError
+from instrumented_agent.limits import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, MAX_MESSAGES, MAX_STORED_TURN_CHARS
+from instrumented_agent.mcp_client import MAX_TOOL_ARGUMENTS_BYTES, McpToolbox
+from instrumented_agent.mcp_servers import MCP_PATH
+from instrumented_agent.memory import MemoryService, RelationalStore, Turn
+from instrumented_agent.memory.relational import estimate_tokens
+from instrumented_agent.supervisor import ServiceSpec, Supervisor
+from instrumented_agent.system import agent_spec
+from kaos_otel import KaosOtelManager, MemoryScope
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@dataclass
+class Running:
+    agent: str
+    echo: str
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    workdir = tmp_path_factory.mktemp("limits")
+    with Supervisor(workdir) as supervisor:
+        model = supervisor.spawn(ServiceSpec("model", ["model"]))
+        echo = supervisor.spawn(ServiceSpec("mcp-echo", ["mcp", "echo"]))
+        memory = ["--memory-url", f"sqlite:///{workdir / 'memory.db'}"]
+        agent = supervisor.spawn(agent_spec("researcher", model, mcp=[echo], extra_args=memory))
+        supervisor.wait_ready([model, echo, agent])
+        yield Running(agent.url, echo.url)
+
+
+def _post(
+    url: str, content: bytes | Iterator[bytes], headers: dict[str, str] | None = None
+) -> httpx.Response:
+    with httpx.Client(timeout=60, trust_env=False) as client:
+        return client.post(
+            f"{url}/v1/chat/completions",
+            content=content,
+            headers={"content-type": "application/json", **(headers or {})},
+        )
+
+
+def _body(messages: list[dict[str, str]]) -> bytes:
+    return json.dumps({"model": "any", "messages": messages}).encode()
+
+
+def test_a_body_above_the_cap_is_a_413_declared_or_streamed(running: Running) -> None:
+    big = _body([{"role": "user", "content": "x" * (MAX_BODY_BYTES + 1)}])
+    declared = _post(running.agent, big)
+    assert declared.status_code == 413 and declared.json()["error"]["type"] == "request_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no content-length: the cap counts what arrives
+        for start in range(0, len(big), 64 * 1024):
+            yield big[start : start + 64 * 1024]
+
+    assert _post(running.agent, chunks()).status_code == 413
+    assert _post(running.agent, _body([{"role": "user", "content": "hello"}])).status_code == 200
+
+
+def test_message_count_and_size_are_capped(running: Running) -> None:
+    many = [{"role": "user", "content": "hi"}] * (MAX_MESSAGES + 1)
+    assert _post(running.agent, _body(many)).status_code == 413
+    long = [{"role": "user", "content": "y" * (MAX_MESSAGE_CHARS + 1)}]
+    assert _post(running.agent, _body(long)).status_code == 413
+
+
+def test_invalid_unicode_is_a_400(running: Running) -> None:
+    lone_surrogate = b'{"model": "any", "messages": [{"role": "user", "content": "a\\ud800b"}]}'
+    answer = _post(running.agent, lone_surrogate)
+    assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
+    invalid_utf8 = b'{"model": "any", "messages": [{"role": "user", "content": "a\xff\xfeb"}]}'
+    assert _post(running.agent, invalid_utf8).status_code == 400
+    assert _post(running.agent, b"not json").status_code == 400
+
+
+def test_token_estimate_does_not_depend_on_spaces() -> None:
+    spaced, unspaced = " ".join(["word"] * 1000), "w" * 5000
+    assert estimate_tokens(unspaced) >= 1000
+    assert estimate_tokens(spaced) >= 1000
+
+
+async def test_stored_turns_are_capped_and_recall_stays_within_its_budget(
+    make_otel: Callable[..., KaosOtelManager],
+) -> None:
+    memory = MemoryService("bounded", make_otel(), RelationalStore("sqlite://"), window_tokens=2000)
+    await memory.start()
+    owner = memory.owner("alice", "s1")
+    await memory.remember(owner, [Turn("user", "z" * 100_000)])
+    await memory.remember(owner, [Turn("user", f"turn {i} " + "q" * 400) for i in range(50)])
+    recalled = await memory.recall(owner, MemoryScope.SESSION, "")
+    texts = (
+        [t.content for t in recalled.turns] + [s.content for s in recalled.summaries] + list(recalled.facts)
+    )
+    assert all(len(text) <= MAX_STORED_TURN_CHARS for text in texts)
+    assert sum(estimate_tokens(text) for text in texts) <= memory.recall_tokens
+    assert recalled.turns  # the newest turns are kept
+    await memory.aclose()
+
+
+async def test_a_failing_or_oversized_mcp_call_fails_only_its_own_request(running: Running) -> None:
+    toolbox = McpToolbox([running.echo + MCP_PATH])
+    toolbox.start()
+    try:
+        while not toolbox.ready:
+            await asyncio.sleep(0.05)
+        with pytest.raises(ToolError, match="above"):
+            await toolbox.call("echo", {"message": "m" * (MAX_TOOL_ARGUMENTS_BYTES + 1)})
+        with pytest.raises(ToolError):
+            await toolbox.call("echo", {"wrong_argument": 1})  # the server rejects it
+        results = await asyncio.gather(*(toolbox.call("echo", {"message": f"m{i}"}) for i in range(20)))
+        assert all(f"m{i}" in result for i, result in enumerate(results))
+        assert toolbox.ready
+    finally:
+        await toolbox.aclose()
