@@ -112,29 +112,31 @@ def run_live(
     active: frozenset[Fault] = frozenset()
     switch.write(active)
     pending: list[Future[None]] = []
+    pool = ThreadPoolExecutor(max_workers=_MAX_IN_FLIGHT, thread_name_prefix="demo-user")
     try:
-        with ThreadPoolExecutor(max_workers=_MAX_IN_FLIGHT, thread_name_prefix="demo-user") as pool:
-            next_send = started
-            while (elapsed := time.monotonic() - started) < traffic.duration_s:
-                wanted = frozenset(f.fault for f in traffic.faults if f.on_at(elapsed))
-                if wanted != active:
-                    active = wanted
-                    switch.write(active)
-                    names = sorted(f.value for f in active)
-                    report.fault_changes.append({"at_s": round(elapsed, 1), "active": names})
-                    say(f"  {elapsed:6.1f} s  faults on: {', '.join(names) or 'none'}")
-                if time.monotonic() >= next_send:
-                    pending = [f for f in pending if not f.done()]
-                    if len(pending) < _MAX_IN_FLIGHT:
-                        pending.append(pool.submit(sender.send, report.sent, bool(active)))
-                        report.sent += 1
-                    next_send += interval
-                time.sleep(max(0.0, min(0.1, next_send - time.monotonic())))
-            if active:
-                switch.write(())
-                report.fault_changes.append({"at_s": round(time.monotonic() - started, 1), "active": []})
-            say(f"  {traffic.duration_s:6.1f} s  {report.sent} requests sent; waiting for the last answers")
-    finally:
+        next_send = started
+        while (elapsed := time.monotonic() - started) < traffic.duration_s:
+            wanted = frozenset(f.fault for f in traffic.faults if f.on_at(elapsed))
+            if wanted != active:
+                active = wanted
+                switch.write(active)
+                names = sorted(f.value for f in active)
+                report.fault_changes.append({"at_s": round(elapsed, 1), "active": names})
+                say(f"  {elapsed:6.1f} s  faults on: {', '.join(names) or 'none'}")
+            if time.monotonic() >= next_send:
+                pending = [f for f in pending if not f.done()]
+                if len(pending) < _MAX_IN_FLIGHT:
+                    pending.append(pool.submit(sender.send, report.sent, bool(active)))
+                    report.sent += 1
+                next_send += interval
+            time.sleep(max(0.0, min(0.1, next_send - time.monotonic())))
+        if active:
+            switch.write(())
+            report.fault_changes.append({"at_s": round(time.monotonic() - started, 1), "active": []})
+        say(f"  {traffic.duration_s:6.1f} s  {report.sent} requests sent; waiting for the last answers")
+        pool.shutdown(wait=True)
+    finally:  # on Ctrl-C: no waiting for answers (they fail once the services stop)
+        pool.shutdown(wait=False, cancel_futures=True)
         switch.write(())
         sender.close()
     return report

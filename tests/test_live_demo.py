@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_demo import DEMO, _env, _marked_processes, _sigint_delivered
 
 from instrumented_agent.faults import Fault, ScheduledFault, parse_fault
 from kaos_otel import catalog
@@ -89,3 +92,26 @@ def test_live_demo_with_long_term_memory_leaves_no_span_detached(tmp_path: Path)
         if p.name == catalog.KAOS_REQUESTS
     }
     assert users == {("coordinator", "user"), ("researcher", "delegated"), ("analyst", "delegated")}
+
+
+def test_ctrl_c_stops_live_traffic_and_every_service_with_requests_in_flight(tmp_path: Path) -> None:
+    """Ctrl-C while the researcher holds requests (subagent-down): exit 130, nothing left running."""
+    marker = uuid.uuid4().hex
+    command = [*DEMO, "--workdir", str(tmp_path), "--duration", "120", "--fault", "subagent-down@0"]
+    with _sigint_delivered():
+        demo = subprocess.Popen(
+            command, env=_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    assert demo.stdout is not None
+    try:
+        switched = next((line for line in demo.stdout if "faults on: subagent-down" in line), None)
+        assert switched is not None, "the live traffic never started"
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=90)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 130, err
+    assert "interrupted" in err
+    assert json.loads((tmp_path / "faults.json").read_text()) == []  # the fault is switched off
+    assert _marked_processes(marker) == []
