@@ -502,6 +502,7 @@ class OtlpReceiver:
         self._lock = threading.Lock()
         self._mode_changed = threading.Condition()
         self._failure: FailureMode = "ok"
+        self._held = 0
         self._stopping = False
         self._requests: list[ExportRequest] = []
         self._telemetry = ReceivedTelemetry()
@@ -594,11 +595,18 @@ class OtlpReceiver:
             self._failure = status
             self._mode_changed.notify_all()
 
+    def held_exports(self) -> int:
+        """How many exports the ``hang`` mode is holding right now."""
+        with self._mode_changed:
+            return self._held
+
     def _admit(self) -> bool:
         """Whether an incoming export may be recorded; blocks while the mode is ``hang``."""
         with self._mode_changed:
             if self._failure == "hang":
+                self._held += 1
                 self._mode_changed.wait_for(lambda: self._stopping or self._failure != "hang")
+                self._held -= 1
                 return False
             return self._failure == "ok" and not self._stopping
 

@@ -317,7 +317,7 @@ def test_stop_releases_hung_exports() -> None:
     results: list[SpanExportResult] = []
     worker = threading.Thread(target=lambda: results.append(exporter.export(finished_spans())))
     worker.start()
-    time.sleep(0.5)
+    assert receiver.wait_for(lambda r: r.held_exports() == 1, timeout=10)
     started = time.monotonic()
     receiver.stop()
     assert time.monotonic() - started < 5
