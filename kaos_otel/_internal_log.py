@@ -26,10 +26,10 @@ def internal_error(where: str, exc: BaseException) -> None:
         return
 
 
-def log_once(key: str, message: str, *args: object) -> None:
-    """Log an INFO message the first time ``key`` is seen in this process."""
+def log_once(key: str, message: str, *args: object, level: int = logging.INFO) -> None:
+    """Log a message (INFO unless ``level`` says otherwise) the first time ``key`` is seen in this process."""
     with _lock:
         if key in _last_logged:
             return
         _last_logged[key] = time.monotonic()
-    _log.info(message, *args)
+    _log.log(level, message, *args)

@@ -165,9 +165,12 @@ class KaosOtelManager(AgentTelemetry):
             )
             return
         if not settings.exporting and not settings.console:
-            log_once(
+            log_once(  # WARNING: shown even where logging was never configured
                 "no-endpoint",
-                "kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); telemetry is not exported",
+                "kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); telemetry is not exported. "
+                "To see it locally, run `kaos-otel receive` and set "
+                "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317",
+                level=logging.WARNING,
             )
         resource = build_resource(settings)
         self.tracer_provider = self._tracer_provider(resource, policy, global_providers)

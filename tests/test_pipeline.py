@@ -235,8 +235,10 @@ def test_no_endpoint_says_so_once_and_never_errors() -> None:
     assert "RESULT True True True" in lines, result.stdout
     notices = [line for line in lines if "no OTLP endpoint" in line]
     assert len(notices) == 1, result.stdout
-    assert notices[0].startswith("INFO kaos_otel ")
-    assert not [line for line in lines if line.startswith(("ERROR", "WARNING", "CRITICAL"))], result.stdout
+    assert notices[0].startswith("WARNING kaos_otel ")  # visible even without logging configured
+    assert "kaos-otel receive" in notices[0]
+    others = [line for line in lines if line.startswith(("ERROR", "WARNING", "CRITICAL"))]
+    assert others == notices, result.stdout
     assert "Traceback" not in result.stdout + result.stderr
 
 
