@@ -282,6 +282,14 @@ def start_agent_tier(name: str, tmp: Path, gateways: list[Gateway]) -> tuple[Col
     return collector, tap, f"http://127.0.0.1:{telemetry}/metrics"
 
 
+def read_tap(path: Path) -> list[ReceivedSpan]:
+    """Spans in the complete lines of a tap file (the collector may be writing the last one)."""
+    raw = path.read_bytes() if path.exists() else b""
+    complete = path.with_name(path.name + ".complete")
+    complete.write_bytes(raw[: raw.rfind(b"\n") + 1])
+    return load_otlp_json(complete).spans
+
+
 def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Samples by name from a Prometheus endpoint (empty if it does not answer)."""
     status, body = http_get(url)
@@ -434,7 +442,7 @@ def scale_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScaleRun]:
             node.force_flush()
 
         def tap_spans() -> list[ReceivedSpan]:
-            return [s for tap in (tap_a, tap_b) if tap.exists() for s in load_otlp_json(tap).spans]
+            return read_tap(tap_a) + read_tap(tap_b)
 
         expected_spans = SPANS_PER_TRACE * len(phase_a)
         wait_for(
@@ -751,7 +759,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
         summary = json.loads(done.stdout)
 
         def tap_spans() -> list[ReceivedSpan]:
-            return load_otlp_json(tap).spans if tap.exists() else []
+            return read_tap(tap)
 
         def queues_empty() -> bool:
             return total(telemetry, "otelcol_exporter_queue_size") == 0
