@@ -64,6 +64,25 @@ def _post(url: str, prompt: str, headers: dict[str, str] | None = None, **extra:
         return client.post(f"{url}/v1/chat/completions", json=body, headers=headers or {})
 
 
+def _complete(spans: list[ReceivedSpan]) -> bool:
+    """Every parent is in, and every call to another process that went out has its callee's span.
+
+    Sub-agents and MCP servers export on their own schedule, after the caller's spans may be in.
+    """
+    ids = {s.span_id for s in spans}
+    parents = {s.parent_span_id for s in spans if s.parent_span_id is not None}
+    calls_out = [
+        s
+        for s in spans
+        if s.kind == "CLIENT"
+        and s.status_code != "ERROR"
+        and (
+            s.name.startswith("MCP send") or s.attributes.get(catalog.GEN_AI_OPERATION_NAME) == "invoke_agent"
+        )
+    ]
+    return parents <= ids and all(s.span_id in parents for s in calls_out)
+
+
 def _trace(module_receiver: OtlpReceiver, response: httpx.Response, service: str) -> list[ReceivedSpan]:
     """All spans of the response's trace, once ``service``'s server span (the last to end) is in."""
     trace_id = response.headers[TRACE_ID_HEADER]
@@ -74,7 +93,9 @@ def _trace(module_receiver: OtlpReceiver, response: httpx.Response, service: str
         )
 
     assert module_receiver.wait_for(arrived, timeout=10)
-    time.sleep(0.5)  # sub-agents and MCP servers export on their own schedule
+    module_receiver.wait_for(
+        lambda r: _complete([s for s in r.spans() if s.trace_id == trace_id]), timeout=10
+    )
     return [s for s in module_receiver.spans() if s.trace_id == trace_id]
 
 
