@@ -66,6 +66,10 @@ from kaos_otel import KaosOtelManager, MemoryTier, Outcome, RequestOrigin, catal
 from kaos_otel.propagation import extract_incoming, inject_headers
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan, load_otlp_json
 
+# The first test of each fixture also pays for its set-up (collectors, traffic, the live demo's
+# seven Python processes), which is slow on a busy machine.
+pytestmark = pytest.mark.timeout(600)
+
 AGENT_CONFIG = COLLECTOR_DIR / "otelcol-agent.yaml"
 GATEWAY_OVERLAY = COLLECTOR_DIR / "otelcol-gateway.yaml"
 TAP_OVERLAY = REPO / "tests" / "data" / "otelcol-agent-tap.yaml"
@@ -754,7 +758,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
             str(tmp / "demo"),
         ]
         command += ["--duration", str(DEMO_SECONDS), "--rate", str(DEMO_RATE), *faults]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=420, check=False)
         assert done.returncode == 0, done.stderr[-3000:]
         summary = json.loads(done.stdout)
 
