@@ -20,7 +20,6 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from kaos_otel import AgentTelemetry, ContentPolicy, TelemetrySettings, default_redactor
-from kaos_otel._manager import TRACER_NAME
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds, metric_views
 from kaos_otel.exporters import TelemetryHealth
 
@@ -207,5 +206,5 @@ def null_pipeline(service: str = "bench") -> NullPipeline:
     )
     metrics = KaosMetrics(meter_provider.get_meter(METER_NAME), LabelBounds(), TelemetryHealth())
     policy = ContentPolicy(settings.capture_content, default_redactor, limit)
-    telemetry = AgentTelemetry(tracer_provider.get_tracer(TRACER_NAME), metrics, policy)
+    telemetry = AgentTelemetry(tracer_provider.get_tracer(METER_NAME), metrics, policy)
     return NullPipeline(telemetry, tracer_provider, meter_provider, exporter)

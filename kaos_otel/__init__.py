@@ -9,8 +9,9 @@ from kaos_otel._config import ContentCapture, OtlpProtocol, TelemetrySettings, T
 from kaos_otel._content import ContentPolicy, default_redactor
 from kaos_otel._logs import console_handler
 from kaos_otel._manager import KaosOtelManager, configure
-from kaos_otel._metrics import metric_views
-from kaos_otel._spans import SpanHandle
+from kaos_otel._metrics import KaosMetrics, LabelBounds, metric_views
+from kaos_otel._pipeline import ExportPipeline
+from kaos_otel._spans import SpanHandle, SpanScope
 from kaos_otel._telemetry import AgentRun, AgentTelemetry, MemoryOperation, ModelCall
 from kaos_otel._trace_tree import render_trace_trees
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
@@ -20,14 +21,18 @@ from kaos_otel.context import (
     submit_in_context,
     wrap_in_context,
 )
-from kaos_otel.exporters import sanitized_exporter
+from kaos_otel.exporters import BatchSettings, TelemetryHealth, sanitized_exporter
 
 __all__ = [
     "AgentRun",
     "AgentTelemetry",
+    "BatchSettings",
     "ContentCapture",
     "ContentPolicy",
+    "ExportPipeline",
+    "KaosMetrics",
     "KaosOtelManager",
+    "LabelBounds",
     "MemoryOperation",
     "MemoryScope",
     "MemoryTier",
@@ -36,6 +41,8 @@ __all__ = [
     "Outcome",
     "RequestOrigin",
     "SpanHandle",
+    "SpanScope",
+    "TelemetryHealth",
     "TelemetrySettings",
     "TrustPolicy",
     "configure",

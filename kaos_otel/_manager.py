@@ -1,118 +1,34 @@
-"""KaosOtelManager: configuration, providers and the export pipeline around AgentTelemetry."""
+"""KaosOtelManager: the domain API of :class:`AgentTelemetry` on an :class:`ExportPipeline` it owns."""
 
 from __future__ import annotations
 
 import atexit
-import functools
 import logging
-import os
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry import metrics, trace
-from opentelemetry._logs import NoOpLoggerProvider, get_logger_provider, set_logger_provider
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk.environment_variables import OTEL_BLRP_MAX_EXPORT_BATCH_SIZE
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    ConsoleMetricExporter,
-    MetricReader,
-    PeriodicExportingMetricReader,
-)
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry import trace
 
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy, Redactor, default_redactor
-from kaos_otel._internal_log import internal_error, log_once
-from kaos_otel._logs import KaosLoggingHandler
-from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds, metric_views
-from kaos_otel._telemetry import AgentTelemetry
-from kaos_otel.exporters import (
-    BatchSettings,
-    LogBatchProcessor,
-    SanitizingLogExporter,
-    SanitizingSpanExporter,
-    SpanBatchProcessor,
-    TelemetryHealth,
-    otlp_log_exporter,
-    otlp_metric_exporter,
-    otlp_span_exporter,
-)
+from kaos_otel._metrics import LabelBounds
+from kaos_otel._pipeline import DEFAULT_SHUTDOWN_TIMEOUT_S, ExportPipeline
+from kaos_otel._telemetry import AgentTelemetry, telemetry_parts
+from kaos_otel.exporters import TelemetryHealth
 from kaos_otel.exporters.health import Signal
 
 _log = logging.getLogger("kaos_otel")
-TRACER_NAME = "kaos_otel"
-DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
-LOG_EXPORT_BATCH_SIZE = 128
-"""Log records per export request unless ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` says otherwise: at
-the capped sizes (8 KiB body plus capped exception attributes) a batch stays well under the
-4 MiB a gRPC receiver or collector accepts."""
-
-
-def build_resource(settings: TelemetrySettings) -> Resource:
-    """``Resource.create`` (which reads ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``),
-    with the explicit overrides on top."""
-    attributes = dict(settings.resource_attributes or {})
-    if settings.service_name is not None:
-        attributes[SERVICE_NAME] = settings.service_name
-    return Resource.create(attributes)
-
-
-def span_limits(settings: TelemetrySettings) -> SpanLimits:
-    """The SDK's limits as it reads them, with kaos-otel's value cap when no variable sets one."""
-    if settings.attribute_limit_from_environment:
-        return SpanLimits()
-    return SpanLimits(max_attribute_length=settings.attribute_value_length_limit)
-
-
-def run_with_deadline(actions: Sequence[Callable[[], object]], timeout_s: float, what: str) -> bool:
-    """Run each action on its own daemon thread, all at once, and wait at most ``timeout_s`` in total.
-
-    Returns ``False`` if any did not finish in time or returned ``False`` (a flush that gave up).
-    Running them side by side means a hung trace export cannot use up the time the logs and
-    metrics needed to flush.
-    """
-    deadline = time.monotonic() + max(0.0, timeout_s)
-    events: list[threading.Event] = []
-    failed: list[int] = []
-    for index, action in enumerate(actions):
-        finished = threading.Event()
-
-        def target(
-            action: Callable[[], object] = action, finished: threading.Event = finished, index: int = index
-        ) -> None:
-            try:
-                if action() is False:
-                    failed.append(index)
-            except Exception as exc:
-                internal_error(what, exc)
-                failed.append(index)
-            finally:
-                finished.set()
-
-        threading.Thread(target=target, name=f"kaos-otel-{what}-{index}", daemon=True).start()
-        events.append(finished)
-    in_time = all(event.wait(max(0.0, deadline - time.monotonic())) for event in events)
-    return in_time and not failed
-
-
-def _bridges_logging(handler: logging.Handler, provider: object) -> bool:
-    """Whether ``handler`` already sends records to OpenTelemetry logs (ours on ``provider``, or OTel's)."""
-    if isinstance(handler, KaosLoggingHandler):
-        return handler.logger_provider is provider
-    return type(handler).__module__.startswith("opentelemetry.")
 
 
 class KaosOtelManager(AgentTelemetry):
     """Telemetry for one service: spans in three styles, agent-domain helpers, metrics and logs.
 
-    Configured from the standard ``OTEL_*`` environment variables; keyword arguments override
-    them. If the host application already installed global providers they are used as they are;
-    otherwise this manager installs its own (``global_providers=False`` keeps them private).
+    Configured by the standard ``OTEL_*`` environment variables, read by the OpenTelemetry SDK
+    itself; keyword arguments are explicit overrides. If the host application already installed
+    global providers they are used as they are; otherwise this manager installs its own
+    (``global_providers=False`` keeps them private). The providers and the export pipeline
+    belong to :attr:`pipeline`; the domain API is :class:`AgentTelemetry`'s.
     """
 
     def __init__(
@@ -150,185 +66,79 @@ class KaosOtelManager(AgentTelemetry):
             export_timeout_s=export_timeout_s,
             trust=trust,
         )
-        settings = self.settings
-        policy = ContentPolicy(settings.capture_content, redactor, settings.attribute_value_length_limit)
-        self.health = TelemetryHealth()
-        self._owned: list[Any] = []
-        self._batches: list[SpanBatchProcessor | LogBatchProcessor] = []
-        self._log_handler: logging.Handler | None = None
-        self._shutdown_done = False
-        self._lock = threading.Lock()
-        bounds = LabelBounds(redactor=redactor)
-        if settings.disabled:
-            super().__init__(
-                trace.NoOpTracer(), KaosMetrics(metrics.NoOpMeter(METER_NAME), bounds), policy, enabled=False
-            )
-            return
-        if not settings.exporting and not settings.console:
-            log_once(  # WARNING: shown even where logging was never configured
-                "no-endpoint",
-                "kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); telemetry is not exported. "
-                "To see it locally, run `kaos-otel receive` and set "
-                "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317",
-                level=logging.WARNING,
-            )
-        resource = build_resource(settings)
-        self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
-        self.meter_provider = self._meter_provider(resource, global_providers)
-        self.logger_provider = self._logger_provider(resource, policy, global_providers)
-        super().__init__(
-            self.tracer_provider.get_tracer(TRACER_NAME),
-            KaosMetrics(self.meter_provider.get_meter(METER_NAME), bounds, self.health),
+        policy = ContentPolicy(
+            self.settings.capture_content, redactor, self.settings.attribute_value_length_limit
+        )
+        self.pipeline = ExportPipeline(
+            self.settings, policy, global_providers=global_providers, bridge_logging=bridge_logging
+        )
+        tracer, instruments, policy, enabled = telemetry_parts(
+            self.pipeline.tracer_provider,
+            self.pipeline.meter_provider,
             policy,
+            self.pipeline.health,
+            LabelBounds(redactor=redactor),
+            enabled=not self.settings.disabled,
         )
-        if bridge_logging:
-            self._bridge_logging(policy)
-        atexit.register(self.shutdown)
+        super().__init__(tracer, instruments, policy, enabled=enabled)
+        if enabled:
+            atexit.register(self.shutdown)
 
-    # --- providers ------------------------------------------------------------------------------
-    def _tracer_provider(
-        self, resource: Resource, policy: ContentPolicy, global_providers: bool
-    ) -> trace.TracerProvider:
-        current = trace.get_tracer_provider()
-        if global_providers and not isinstance(current, trace.ProxyTracerProvider):
-            return current
-        settings = self.settings
-        # The sampler (OTEL_TRACES_SAMPLER[_ARG]) is the SDK's own reading of the environment.
-        provider = TracerProvider(
-            resource=resource, span_limits=span_limits(settings), shutdown_on_exit=False
-        )
-        if "traces" in settings.endpoints:  # each signal may have its own endpoint, or none
-            exporter = SanitizingSpanExporter(otlp_span_exporter(settings), policy, self.health)
-            processor = SpanBatchProcessor(
-                exporter,
-                self.health,
-                BatchSettings.for_spans(
-                    schedule_delay_ms=settings.span_schedule_delay_ms,
-                    max_queue_size=settings.span_max_queue_size,
-                ),
-            )
-            self._batches.append(processor)
-            provider.add_span_processor(processor)
-        if settings.console:
-            provider.add_span_processor(
-                BatchSpanProcessor(SanitizingSpanExporter(ConsoleSpanExporter(), policy, self.health))
-            )
-        self._owned.append(provider)
-        if global_providers:
-            trace.set_tracer_provider(provider)
-        return provider
+    @property
+    def tracer_provider(self) -> trace.TracerProvider:
+        """The tracer provider spans go to (the host's if it installed one)."""
+        return self.pipeline.tracer_provider
 
-    def _meter_provider(self, resource: Resource, global_providers: bool) -> metrics.MeterProvider:
-        current = metrics.get_meter_provider()
-        if global_providers and isinstance(current, MeterProvider | metrics.NoOpMeterProvider):
-            return current
-        settings = self.settings
-        readers: list[MetricReader] = []
-        if "metrics" in settings.endpoints:
-            # OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT are read by the reader unless overridden.
-            readers.append(
-                PeriodicExportingMetricReader(
-                    otlp_metric_exporter(settings, self.health),
-                    export_interval_millis=settings.metric_export_interval_ms,
-                )
-            )
-        if settings.console:
-            readers.append(
-                PeriodicExportingMetricReader(
-                    ConsoleMetricExporter(), export_interval_millis=settings.metric_export_interval_ms
-                )
-            )
-        provider = MeterProvider(
-            metric_readers=readers, resource=resource, views=metric_views(), shutdown_on_exit=False
-        )
-        self._owned.append(provider)
-        if global_providers:
-            metrics.set_meter_provider(provider)
-        return provider
+    @property
+    def meter_provider(self) -> Any:
+        """The meter provider metrics go to (the host's if it installed one)."""
+        return self.pipeline.meter_provider
 
-    def _logger_provider(self, resource: Resource, policy: ContentPolicy, global_providers: bool) -> Any:
-        current = get_logger_provider()
-        if global_providers and isinstance(current, LoggerProvider | NoOpLoggerProvider):
-            return current
-        settings = self.settings
-        provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
-        if "logs" in settings.endpoints:
-            batch_size = None if os.environ.get(OTEL_BLRP_MAX_EXPORT_BATCH_SIZE) else LOG_EXPORT_BATCH_SIZE
-            processor = LogBatchProcessor(
-                SanitizingLogExporter(otlp_log_exporter(settings), policy, self.health),
-                policy,
-                self.health,
-                BatchSettings.for_logs(max_export_batch_size=batch_size),
-            )
-            self._batches.append(processor)
-            provider.add_log_record_processor(processor)
-        self._owned.append(provider)
-        if global_providers:
-            set_logger_provider(provider)
-        return provider
+    @property
+    def logger_provider(self) -> Any:
+        """The logger provider log records go to (the host's if it installed one)."""
+        return self.pipeline.logger_provider
 
-    def _bridge_logging(self, policy: ContentPolicy) -> None:
-        """Send Python logging records to the OTLP log pipeline, with the active span's ids."""
-        root = logging.getLogger()
-        if any(_bridges_logging(handler, self.logger_provider) for handler in root.handlers):
-            # Another manager on the same (global) providers, or the host's own OTel logging
-            # handler, already bridges them: a second handler would export every record twice.
-            return
-        handler = KaosLoggingHandler(self.logger_provider, policy)
-        root.addHandler(handler)
-        self._log_handler = handler
+    @property
+    def health(self) -> TelemetryHealth:
+        """What the export pipeline lost, and why."""
+        return self.pipeline.health
 
     def queued(self, signal: Signal = "traces") -> int:
         """Items of ``signal`` waiting in this manager's export queue (0 without one)."""
-        return sum(batch.queued for batch in self._batches if batch.signal == signal)
+        return self.pipeline.queued(signal)
 
-    # --- lifecycle ------------------------------------------------------------------------------
     def force_flush(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Export everything buffered; returns within ``timeout`` seconds even if the collector hangs."""
-        if not self._owned:
-            return True
-
-        millis = int(timeout * 1000)
-        return run_with_deadline(
-            [functools.partial(provider.force_flush, millis) for provider in self._owned],
-            timeout,
-            "force_flush",
-        )
+        return self.pipeline.force_flush(timeout)
 
     def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Flush and stop the pipeline with a hard deadline; safe to call twice (also runs at exit)."""
-        with self._lock:
-            if self._shutdown_done:
-                return True
-            self._shutdown_done = True
-        if self._log_handler is not None:
-            logging.getLogger().removeHandler(self._log_handler)
         atexit.unregister(self.shutdown)
-        if not self._owned:
-            return True
-        stops = [
-            functools.partial(provider.shutdown, timeout_millis=timeout * 1000)
-            if isinstance(provider, MeterProvider)
-            else provider.shutdown
-            for provider in self._owned
-        ]
-        finished = run_with_deadline(stops, timeout, "shutdown")
-        if not finished:
-            # What the pipeline still holds will not be exported in time: count it as lost now,
-            # while someone can still read the count (the process may be about to exit).
-            for processor in self._batches:
-                processor.abandon()
-        return finished
+        return self.pipeline.shutdown(timeout)
 
 
 _default_lock = threading.Lock()
 _default: KaosOtelManager | None = None
+_default_settings: dict[str, Any] = {}
 
 
 def configure(**settings: Any) -> KaosOtelManager:
-    """Create the process-wide default manager once (later calls return it unchanged)."""
-    global _default
+    """The process-wide default manager, created by the first call.
+
+    A later call with no arguments, or the same ones, returns it. A later call with other
+    arguments cannot apply them (the global providers exist once per process): it logs a
+    warning naming them and returns the existing manager.
+    """
+    global _default, _default_settings
     with _default_lock:
         if _default is None:
             _default = KaosOtelManager(**settings)
+            _default_settings = dict(settings)
+        elif settings and settings != _default_settings:
+            ignored = sorted(key for key in settings if _default_settings.get(key, object()) != settings[key])
+            _log.warning(
+                "kaos_otel.configure() was already called; these arguments are not applied: %s",
+                ", ".join(ignored),
+            )
         return _default

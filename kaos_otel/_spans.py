@@ -416,6 +416,53 @@ class SpanFactory:
         return wrapper
 
 
+class SpanScope:
+    """What ``with otel.span(...)`` enters: the span begins on entering and ends on leaving."""
+
+    __slots__ = ("_attributes", "_factory", "_handle", "_kind", "_links", "_name", "_parent")
+
+    def __init__(
+        self,
+        factory: SpanFactory | None,
+        name: str,
+        kind: SpanKind,
+        attributes: Mapping[str, object] | None,
+        links: Sequence[Link] | None,
+        parent: Context | None,
+    ) -> None:
+        self._factory = factory
+        self._name = name
+        self._kind = kind
+        self._attributes = attributes
+        self._links = links
+        self._parent = parent
+        self._handle: SpanHandle = NOOP_HANDLE
+
+    def __enter__(self) -> SpanHandle:
+        if self._factory is not None:
+            self._handle = self._factory.begin(
+                self._name,
+                kind=self._kind,
+                attributes=self._attributes,
+                links=self._links,
+                parent=self._parent,
+            )
+        return self._handle
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._handle.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> SpanHandle:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
 class NoopSpanHandle(SpanHandle):
     """The handle every call returns when telemetry is disabled: it records nothing."""
 

@@ -18,7 +18,7 @@ from opentelemetry.util.types import AttributeValue
 from kaos_otel import catalog
 from kaos_otel._content import ContentPolicy
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
-from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle
+from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle, SpanScope
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
 
@@ -86,6 +86,30 @@ class MemoryOperation(SpanHandle):
 H = TypeVar("H", bound=SpanHandle)
 
 
+def telemetry_parts(
+    tracer_provider: trace.TracerProvider | None,
+    meter_provider: metrics.MeterProvider | None,
+    policy: ContentPolicy | None = None,
+    health: TelemetryHealth | None = None,
+    bounds: LabelBounds | None = None,
+    *,
+    enabled: bool = True,
+    scope: str = METER_NAME,
+) -> tuple[Tracer, KaosMetrics, ContentPolicy, bool]:
+    """The one place telemetry is built (manager, integrations, Mem0): a tracer and the catalog's
+    instruments on the given (default: global) providers, or no-ops when disabled."""
+    if not enabled:
+        return trace.NoOpTracer(), KaosMetrics(metrics.NoOpMeter(METER_NAME), bounds or LabelBounds()), (
+            policy or ContentPolicy()
+        ), False
+    # The providers' own get_tracer/get_meter, with no version: the meter is the same one a host
+    # gets with ``meter_provider.get_meter(scope)`` (a second meter of the same name would
+    # register its instruments as conflicting streams).
+    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(scope)
+    meter = (meter_provider or metrics.get_meter_provider()).get_meter(scope)
+    return tracer, KaosMetrics(meter, bounds or LabelBounds(), health), policy or ContentPolicy(), True
+
+
 class AgentTelemetry:
     """Spans (three styles) and agent-domain helpers on one tracer and one set of instruments."""
 
@@ -104,15 +128,20 @@ class AgentTelemetry:
         *,
         policy: ContentPolicy | None = None,
         health: TelemetryHealth | None = None,
+        bounds: LabelBounds | None = None,
+        enabled: bool = True,
+        scope: str = METER_NAME,
     ) -> AgentTelemetry:
         """Domain helpers on providers you built (default: the global ones).
 
         Build the meter provider with :func:`kaos_otel.metric_views` so the label contract holds,
-        e.g. around a ``PrometheusMetricReader``. ``health`` adds ``kaos.telemetry.dropped``.
+        e.g. around a ``PrometheusMetricReader``. ``health`` adds ``kaos.telemetry.dropped``;
+        ``scope`` names the tracer and meter (an instrumentation's module, for instance).
         """
-        tracer = trace.get_tracer(METER_NAME, tracer_provider=tracer_provider)
-        meter = metrics.get_meter(METER_NAME, meter_provider=meter_provider)
-        return cls(tracer, KaosMetrics(meter, LabelBounds(), health), policy or ContentPolicy())
+        tracer, instruments, policy, enabled = telemetry_parts(
+            tracer_provider, meter_provider, policy, health, bounds, enabled=enabled, scope=scope
+        )
+        return cls(tracer, instruments, policy, enabled=enabled)
 
     @property
     def enabled(self) -> bool:
@@ -160,9 +189,12 @@ class AgentTelemetry:
         *,
         links: Sequence[Link] | None = None,
         parent: Context | None = None,
-    ) -> SpanHandle:
-        """A span for a ``with`` block: ``with otel.span("step") as span: ...``."""
-        return self.span_begin(name, kind, attributes, links=links, parent=parent)
+    ) -> SpanScope:
+        """A span for a ``with`` block: ``with otel.span("step") as span: ...``.
+
+        The span begins when the block is entered (not when ``span()`` is called) and ends with it.
+        """
+        return SpanScope(self._spans if self._enabled else None, name, kind, attributes, links, parent)
 
     @overload
     def traced(self, name: F, /) -> F: ...

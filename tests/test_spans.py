@@ -10,6 +10,7 @@ import asyncio
 import logging
 import sys
 import threading
+import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -649,3 +650,18 @@ def test_bare_decorator_traces_and_disabled_decorator_keeps_behaviour(
     assert otel.force_flush(5)
     assert otlp_receiver.wait_for(lambda r: any(s.name.endswith("add_one") for s in r.spans()), 5)
     assert not any(s.name.endswith("add_two") for s in otlp_receiver.spans())
+
+
+def test_a_with_span_begins_when_the_block_is_entered(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    scope = otel.span("entered-later")
+    assert not trace.get_current_span().get_span_context().is_valid  # nothing began yet
+    entered = time.time_ns()
+    with scope as span:
+        assert current_name() == "entered-later"
+        assert span.span.get_span_context().is_valid
+    assert not trace.get_current_span().get_span_context().is_valid
+    received = one(collect(otel, otlp_receiver, 1), "entered-later")
+    assert received.start_time_unix_nano >= entered

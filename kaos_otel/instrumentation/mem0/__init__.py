@@ -50,14 +50,12 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy
-from kaos_otel._metrics import KaosMetrics, LabelBounds
 from kaos_otel._telemetry import AgentTelemetry
 from kaos_otel.instrumentation.mem0._wrappers import METHODS, Mem0Tracing
 from kaos_otel.instrumentation.mem0.package import _instruments
@@ -75,10 +73,14 @@ def _memory_classes() -> tuple[type[Any], type[Any]]:
 def _telemetry_from_providers(kwargs: dict[str, Any]) -> AgentTelemetry:
     """Telemetry on the given (default: global) providers, content capture from the environment."""
     settings = TelemetrySettings.from_env(capture_content=kwargs.get("capture_content"))
-    tracer = trace.get_tracer(__name__, tracer_provider=kwargs.get("tracer_provider"))
-    meter = metrics.get_meter(__name__, meter_provider=kwargs.get("meter_provider"))
     policy = ContentPolicy(settings.capture_content, max_value_length=settings.attribute_value_length_limit)
-    return AgentTelemetry(tracer, KaosMetrics(meter, LabelBounds()), policy, enabled=not settings.disabled)
+    return AgentTelemetry.from_providers(
+        kwargs.get("tracer_provider"),
+        kwargs.get("meter_provider"),
+        policy=policy,
+        enabled=not settings.disabled,
+        scope=__name__,
+    )
 
 
 class Mem0Instrumentor(BaseInstrumentor):  # type: ignore[misc]

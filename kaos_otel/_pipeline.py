@@ -1,0 +1,287 @@
+"""The providers and the export pipeline of one manager: built, flushed and shut down in one place."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry._logs import NoOpLoggerProvider, get_logger_provider, set_logger_provider
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk.environment_variables import OTEL_BLRP_MAX_EXPORT_BATCH_SIZE
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+from kaos_otel._config import TelemetrySettings
+from kaos_otel._content import ContentPolicy
+from kaos_otel._internal_log import internal_error, log_once
+from kaos_otel._logs import KaosLoggingHandler
+from kaos_otel._metrics import metric_views
+from kaos_otel.exporters import (
+    BatchSettings,
+    LogBatchProcessor,
+    SanitizingLogExporter,
+    SanitizingSpanExporter,
+    SpanBatchProcessor,
+    TelemetryHealth,
+    otlp_log_exporter,
+    otlp_metric_exporter,
+    otlp_span_exporter,
+)
+from kaos_otel.exporters.health import Signal
+
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
+LOG_EXPORT_BATCH_SIZE = 128
+"""Log records per export request unless ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` says otherwise: at
+the capped sizes (8 KiB body plus capped exception attributes) a batch stays well under the
+4 MiB a gRPC receiver or collector accepts."""
+
+
+def build_resource(settings: TelemetrySettings) -> Resource:
+    """``Resource.create`` (which reads ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``),
+    with the explicit overrides on top."""
+    attributes = dict(settings.resource_attributes or {})
+    if settings.service_name is not None:
+        attributes[SERVICE_NAME] = settings.service_name
+    return Resource.create(attributes)
+
+
+def span_limits(settings: TelemetrySettings) -> SpanLimits:
+    """The SDK's limits as it reads them, with kaos-otel's value cap when no variable sets one."""
+    if settings.attribute_limit_from_environment:
+        return SpanLimits()
+    return SpanLimits(max_attribute_length=settings.attribute_value_length_limit)
+
+
+def run_with_deadline(actions: Sequence[Callable[[], object]], timeout_s: float, what: str) -> bool:
+    """Run each action on its own daemon thread, all at once, and wait at most ``timeout_s`` in total.
+
+    Returns ``False`` if any did not finish in time or returned ``False`` (a flush that gave up).
+    Running them side by side means a hung trace export cannot use up the time the logs and
+    metrics needed to flush.
+    """
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    events: list[threading.Event] = []
+    failed: list[int] = []
+    for index, action in enumerate(actions):
+        finished = threading.Event()
+
+        def target(
+            action: Callable[[], object] = action, finished: threading.Event = finished, index: int = index
+        ) -> None:
+            try:
+                if action() is False:
+                    failed.append(index)
+            except Exception as exc:
+                internal_error(what, exc)
+                failed.append(index)
+            finally:
+                finished.set()
+
+        threading.Thread(target=target, name=f"kaos-otel-{what}-{index}", daemon=True).start()
+        events.append(finished)
+    in_time = all(event.wait(max(0.0, deadline - time.monotonic())) for event in events)
+    return in_time and not failed
+
+
+def _bridges_logging(handler: logging.Handler, provider: object) -> bool:
+    """Whether ``handler`` already sends records to OpenTelemetry logs (ours on ``provider``, or OTel's)."""
+    if isinstance(handler, KaosLoggingHandler):
+        return handler.logger_provider is provider
+    return type(handler).__module__.startswith("opentelemetry.")
+
+
+class ExportPipeline:
+    """Tracer, meter and logger providers, their batch processors and exporters, and the loss counts.
+
+    Providers the host application installed globally are used as they are (flushed, never shut
+    down); otherwise this pipeline builds its own and, with ``global_providers``, installs them.
+    A disabled pipeline (``OTEL_SDK_DISABLED``) has no providers at all.
+    """
+
+    def __init__(
+        self,
+        settings: TelemetrySettings,
+        policy: ContentPolicy,
+        *,
+        global_providers: bool = True,
+        bridge_logging: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.health = TelemetryHealth()
+        self._in_use: list[Any] = []
+        self._owned: list[Any] = []
+        self._batches: list[SpanBatchProcessor | LogBatchProcessor] = []
+        self._log_handler: logging.Handler | None = None
+        self._shutdown_done = False
+        self._lock = threading.Lock()
+        self.tracer_provider: trace.TracerProvider = trace.NoOpTracerProvider()
+        self.meter_provider: metrics.MeterProvider = metrics.NoOpMeterProvider()
+        self.logger_provider: Any = NoOpLoggerProvider()
+        if settings.disabled:
+            return
+        if not settings.exporting and not settings.console:
+            log_once(  # WARNING: shown even where logging was never configured
+                "no-endpoint",
+                "kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); telemetry is not exported. "
+                "To see it locally, run `kaos-otel receive` and set "
+                "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317",
+                level=logging.WARNING,
+            )
+        resource = build_resource(settings)
+        self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
+        self.meter_provider = self._meter_provider(resource, global_providers)
+        self.logger_provider = self._logger_provider(resource, policy, global_providers)
+        self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
+        if bridge_logging:
+            self._bridge_logging(policy)
+
+    # --- providers ------------------------------------------------------------------------------
+    def _tracer_provider(
+        self, resource: Resource, policy: ContentPolicy, global_providers: bool
+    ) -> trace.TracerProvider:
+        current = trace.get_tracer_provider()
+        if global_providers and not isinstance(current, trace.ProxyTracerProvider):
+            return current
+        settings = self.settings
+        # The sampler (OTEL_TRACES_SAMPLER[_ARG]) is the SDK's own reading of the environment.
+        provider = TracerProvider(
+            resource=resource, span_limits=span_limits(settings), shutdown_on_exit=False
+        )
+        if "traces" in settings.endpoints:  # each signal may have its own endpoint, or none
+            exporter = SanitizingSpanExporter(otlp_span_exporter(settings), policy, self.health)
+            processor = SpanBatchProcessor(
+                exporter,
+                self.health,
+                BatchSettings.for_spans(
+                    schedule_delay_ms=settings.span_schedule_delay_ms,
+                    max_queue_size=settings.span_max_queue_size,
+                ),
+            )
+            self._batches.append(processor)
+            provider.add_span_processor(processor)
+        if settings.console:
+            provider.add_span_processor(
+                BatchSpanProcessor(SanitizingSpanExporter(ConsoleSpanExporter(), policy, self.health))
+            )
+        self._owned.append(provider)
+        if global_providers:
+            trace.set_tracer_provider(provider)
+        return provider
+
+    def _meter_provider(self, resource: Resource, global_providers: bool) -> metrics.MeterProvider:
+        current = metrics.get_meter_provider()
+        if global_providers and isinstance(current, MeterProvider | metrics.NoOpMeterProvider):
+            return current
+        settings = self.settings
+        readers: list[MetricReader] = []
+        if "metrics" in settings.endpoints:
+            # OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT are read by the reader unless overridden.
+            readers.append(
+                PeriodicExportingMetricReader(
+                    otlp_metric_exporter(settings, self.health),
+                    export_interval_millis=settings.metric_export_interval_ms,
+                )
+            )
+        if settings.console:
+            readers.append(
+                PeriodicExportingMetricReader(
+                    ConsoleMetricExporter(), export_interval_millis=settings.metric_export_interval_ms
+                )
+            )
+        provider = MeterProvider(
+            metric_readers=readers, resource=resource, views=metric_views(), shutdown_on_exit=False
+        )
+        self._owned.append(provider)
+        if global_providers:
+            metrics.set_meter_provider(provider)
+        return provider
+
+    def _logger_provider(self, resource: Resource, policy: ContentPolicy, global_providers: bool) -> Any:
+        current = get_logger_provider()
+        if global_providers and isinstance(current, LoggerProvider | NoOpLoggerProvider):
+            return current
+        settings = self.settings
+        provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+        if "logs" in settings.endpoints:
+            batch_size = None if os.environ.get(OTEL_BLRP_MAX_EXPORT_BATCH_SIZE) else LOG_EXPORT_BATCH_SIZE
+            processor = LogBatchProcessor(
+                SanitizingLogExporter(otlp_log_exporter(settings), policy, self.health),
+                policy,
+                self.health,
+                BatchSettings.for_logs(max_export_batch_size=batch_size),
+            )
+            self._batches.append(processor)
+            provider.add_log_record_processor(processor)
+        self._owned.append(provider)
+        if global_providers:
+            set_logger_provider(provider)
+        return provider
+
+    def _bridge_logging(self, policy: ContentPolicy) -> None:
+        """Send Python logging records to the OTLP log pipeline, with the active span's ids."""
+        root = logging.getLogger()
+        if any(_bridges_logging(handler, self.logger_provider) for handler in root.handlers):
+            # Another manager on the same (global) providers, or the host's own OTel logging
+            # handler, already bridges them: a second handler would export every record twice.
+            return
+        handler = KaosLoggingHandler(self.logger_provider, policy)
+        root.addHandler(handler)
+        self._log_handler = handler
+
+    def queued(self, signal: Signal = "traces") -> int:
+        """Items of ``signal`` waiting in this manager's export queue (0 without one)."""
+        return sum(batch.queued for batch in self._batches if batch.signal == signal)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def force_flush(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
+        """Export everything buffered, on the providers in use (the host's too); returns within
+        ``timeout`` seconds even if the collector hangs."""
+        flushable = [p for p in self._in_use if callable(getattr(p, "force_flush", None))]
+        if not flushable:
+            return True
+        millis = int(timeout * 1000)
+        return run_with_deadline(
+            [functools.partial(provider.force_flush, millis) for provider in flushable],
+            timeout,
+            "force_flush",
+        )
+
+    def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
+        """Flush and stop the providers this pipeline built, with a hard deadline; safe to call twice.
+
+        Providers the host installed are left running: they are the host's to shut down.
+        """
+        with self._lock:
+            if self._shutdown_done:
+                return True
+            self._shutdown_done = True
+        if self._log_handler is not None:
+            logging.getLogger().removeHandler(self._log_handler)
+        if not self._owned:
+            return True
+        stops = [
+            functools.partial(provider.shutdown, timeout_millis=timeout * 1000)
+            if isinstance(provider, MeterProvider)
+            else provider.shutdown
+            for provider in self._owned
+        ]
+        finished = run_with_deadline(stops, timeout, "shutdown")
+        if not finished:
+            # What the pipeline still holds will not be exported in time: count it as lost now,
+            # while someone can still read the count (the process may be about to exit).
+            for processor in self._batches:
+                processor.abandon()
+        return finished

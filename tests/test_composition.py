@@ -1,0 +1,94 @@
+"""Managers on shared global providers and the process-wide default do what a user expects.
+
+Each test runs in a fresh interpreter: global providers can be set once per process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from kaos_otel.receiver import OtlpReceiver
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KAOS_OTEL_"))}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_configure_twice_returns_the_default_and_says_which_arguments_it_cannot_apply() -> None:
+    result = run_python(
+        """
+        import logging
+        import kaos_otel
+
+        logging.basicConfig(level=logging.WARNING)
+        first = kaos_otel.configure(service_name="svc-a", bridge_logging=False)
+        assert kaos_otel.configure() is first
+        assert kaos_otel.configure(service_name="svc-a", bridge_logging=False) is first
+        assert kaos_otel.configure(service_name="svc-b", bridge_logging=False) is first
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+    warnings = [line for line in result.stderr.splitlines() if "configure() was already called" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "service_name" in warnings[0] and "bridge_logging" not in warnings[0]
+
+
+SHARED = """
+import os
+from kaos_otel import KaosOtelManager
+
+first = KaosOtelManager("first", endpoint=os.environ["TEST_ENDPOINT"], bridge_logging=False)
+second = KaosOtelManager("second", bridge_logging=False)
+assert second.tracer_provider is first.tracer_provider
+"""
+
+
+def test_a_second_manager_flushes_the_shared_providers(otlp_receiver: OtlpReceiver) -> None:
+    """The second manager uses the first one's global providers: its flush exports them."""
+    result = run_python(
+        SHARED
+        + """
+with second.span("from-second"):
+    pass
+assert second.force_flush(5) is True
+os._exit(0)  # no exit-time flush: only second.force_flush can have exported the span
+""",
+        TEST_ENDPOINT=otlp_receiver.grpc_endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="600000",
+        OTEL_METRIC_EXPORT_INTERVAL="600000",
+    )
+    assert result.returncode == 0, result.stderr
+    assert [span.name for span in otlp_receiver.spans()] == ["from-second"]
+
+
+def test_a_second_manager_shutdown_leaves_the_shared_providers_to_their_owner(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    result = run_python(
+        SHARED
+        + """
+assert second.shutdown(5) is True
+with first.span("after-second-shutdown"):
+    pass
+assert first.force_flush(5) is True
+os._exit(0)
+""",
+        TEST_ENDPOINT=otlp_receiver.grpc_endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="600000",
+        OTEL_METRIC_EXPORT_INTERVAL="600000",
+    )
+    assert result.returncode == 0, result.stderr
+    assert [span.name for span in otlp_receiver.spans()] == ["after-second-shutdown"]
