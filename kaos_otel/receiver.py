@@ -661,3 +661,11 @@ class OtlpReceiver:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)
+
+
+if __name__ == "__main__":  # python -m kaos_otel.receiver: the same as kaos-otel receive
+    import sys
+
+    from kaos_otel.cli import main
+
+    sys.exit(main(["receive", *sys.argv[1:]]))
