@@ -23,7 +23,14 @@ __all__ = [
 
 ASSET_PATTERNS: dict[str, tuple[str, ...]] = {
     "dashboards": ("signoz/*.v2.json", "signoz/alerts/*.json", "grafana/*.json", "prometheus/*.yml"),
-    "collector": ("otelcol-config.yaml", "builder-config.yaml", "jaeger-config.yaml", "prometheus.yml"),
+    "collector": (
+        "otelcol-config.yaml",
+        "otelcol-agent.yaml",
+        "otelcol-gateway.yaml",
+        "builder-config.yaml",
+        "jaeger-config.yaml",
+        "prometheus.yml",
+    ),
 }
 """Per top-level folder, the glob patterns of the files that ship (build.py, tests and scripts stay)."""
 
@@ -58,7 +65,8 @@ def dashboard_files() -> list[Path]:
 
 
 def collector_files() -> list[Path]:
-    """Collector configuration, builder manifest, Jaeger and Prometheus configurations."""
+    """Collector configurations (single collector, agent and gateway tiers), builder manifest, Jaeger
+    and Prometheus configurations."""
     return asset_files("collector")
 
 
