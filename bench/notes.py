@@ -100,6 +100,13 @@ reference agent's process). Changes to the core, each with a test that fails wit
   up to 256 characters), so span names, routes and model or agent names that repeat on nearly
   every span are scanned for secrets once, not on every export (the secret patterns cost about
   10 us per string).
+- **Metric recording** costs about 1.5x the raw SDK counter or histogram (it was 1.1x). The label
+  contract's Views now use only the SDK's public View arguments: one View per catalog metric and
+  kaos-otel meter, and a last View dropping every other instrument. Public arguments cannot say
+  "every meter but kaos-otel's", so that drop View also matches kaos-otel's own instruments and
+  the SDK aggregates each of their measurements a second time, into `DropAggregation` (about
+  10 us per measurement on this machine). The earlier Views overrode the SDK's private
+  `View._match` to avoid it; a minor SDK release could have silently broken that.
 - **Import time** is reported as the ratio of `import kaos_otel` to `import
   opentelemetry.sdk.trace`, each in a fresh interpreter. kaos-otel imports the SDK's trace,
   metrics and logs modules and the OTLP exporter bases; no web framework, MCP, SQL, Mem0 nor the
