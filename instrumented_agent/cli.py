@@ -166,7 +166,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``kaos-agent``."""
+    """Entry point of ``kaos-agent``; what it writes (databases, logs, telemetry files) is the
+    user's only: files 0600, directories 0700."""
+    os.umask(0o077)
     args = parse_args(_parser(), argv)
     code: int = args.handler(args)
     return code

@@ -9,6 +9,7 @@ import argparse
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from kaos_otel import MemoryScope
@@ -165,7 +166,11 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model-url", help=f"OpenAI-compatible base URL, e.g. .../v1 (env {ENV_MODEL_BASE_URL})"
     )
-    parser.add_argument("--model-api-key", help=f"model API key (env {ENV_MODEL_API_KEY})")
+    parser.add_argument(
+        "--model-key-file",
+        help=f"file holding the model API key (the key itself only from env {ENV_MODEL_API_KEY}, "
+        "never the command line, where every local user can read it)",
+    )
     parser.add_argument("--model", help=f"model name (env {ENV_MODEL_NAME})")
     parser.add_argument("--model-provider", help=f"gen_ai.provider.name (env {ENV_MODEL_PROVIDER})")
     parser.add_argument(
@@ -235,6 +240,16 @@ def _setting(
         raise ConfigError(f"{env} is malformed: {raw!r}") from None
 
 
+def _api_key(path: str | None, environ: Mapping[str, str]) -> str | None:
+    """The model API key: read from ``path`` if given, else the environment (never argv)."""
+    if path:
+        try:
+            return Path(path).read_text(encoding="utf-8").strip() or None
+        except OSError as exc:
+            raise ConfigError(f"cannot read the model API key file: {type(exc).__name__}") from None
+    return environ.get(ENV_MODEL_API_KEY, "").strip() or None
+
+
 def agent_config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> AgentConfig:
     """Build an :class:`AgentConfig` from parsed flags, falling back to ``environ``."""
     mcp = args.mcp_server if args.mcp_server is not None else environ.get(ENV_MCP_SERVERS, "").split(",")
@@ -244,7 +259,7 @@ def agent_config_from_args(args: argparse.Namespace, environ: Mapping[str, str] 
         model_base_url=_setting(args.model_url, environ, ENV_MODEL_BASE_URL, str, ""),
         model_name=_setting(args.model, environ, ENV_MODEL_NAME, str, "scripted"),
         instructions=_setting(args.instructions, environ, ENV_INSTRUCTIONS, str, _DEFAULTS.instructions),
-        model_api_key=_setting(args.model_api_key, environ, ENV_MODEL_API_KEY, str, "") or None,
+        model_api_key=_api_key(args.model_key_file, environ),
         model_provider=_setting(
             args.model_provider, environ, ENV_MODEL_PROVIDER, str, _DEFAULTS.model_provider
         ),

@@ -18,11 +18,15 @@ from instrumented_agent.openai_api import (
     Usage,
     new_completion_id,
 )
+from kaos_otel._secrets import REDACTED, default_redactor
 
 __all__ = ["DeltaSink", "ModelClient"]
 
 DeltaSink = Callable[[str], None]
 """Receives each content fragment of a streamed reply as it arrives."""
+
+
+_MAX_ERROR_CHARS = 300
 
 
 class ModelClient:
@@ -35,6 +39,7 @@ class ModelClient:
     def __init__(self, base_url: str, http_client: httpx.AsyncClient, api_key: str | None = None) -> None:
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._http = http_client
+        self._api_key = api_key
         self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         parsed = httpx.URL(self._url)
         self.server_address = parsed.host
@@ -57,29 +62,38 @@ class ModelClient:
         try:
             if on_delta is None:
                 response = await self._http.post(self._url, json=body, headers=self._headers)
-                _raise_for_status(response)
+                _raise_for_status(response, self._api_key)
                 return _parse_completion(response.json(), model)
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
             async with self._http.stream("POST", self._url, json=body, headers=self._headers) as response:
                 if response.status_code >= 400:
                     await response.aread()
-                    _raise_for_status(response)
-                return await _read_stream(response, model, on_delta)
+                    _raise_for_status(response, self._api_key)
+                return await _read_stream(response, model, on_delta, self._api_key)
         except httpx.HTTPError as exc:
             raise ModelError(f"model request failed: {type(exc).__name__}") from exc
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ModelError(f"malformed model response: {type(exc).__name__}") from exc
 
 
-def _raise_for_status(response: httpx.Response) -> None:
+def _raise_for_status(response: httpx.Response, api_key: str | None) -> None:
     if response.status_code < 400:
         return
     try:
         message = str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
         message = response.reason_phrase
-    raise ModelError(f"model answered HTTP {response.status_code}: {message}")
+    raise ModelError(f"model answered HTTP {response.status_code}: {_masked(message, api_key)}")
+
+
+def _masked(message: str, api_key: str | None) -> str:
+    """The model endpoint's error text, safe to return, log and record: the caller's key (which
+    endpoints echo) and anything that looks like a secret masked, the length capped."""
+    if api_key:
+        message = message.replace(api_key, REDACTED)
+    message = default_redactor(message)
+    return message if len(message) <= _MAX_ERROR_CHARS else message[:_MAX_ERROR_CHARS] + "..."
 
 
 def _parse_completion(body: dict[str, Any], model: str) -> Completion:
@@ -98,7 +112,9 @@ def _parse_completion(body: dict[str, Any], model: str) -> Completion:
     )
 
 
-async def _read_stream(response: httpx.Response, model: str, on_delta: DeltaSink) -> Completion:
+async def _read_stream(
+    response: httpx.Response, model: str, on_delta: DeltaSink, api_key: str | None
+) -> Completion:
     """Assemble a streamed completion (content, tool-call fragments by index, usage)."""
     content: list[str] = []
     calls: dict[int, dict[str, str]] = {}
@@ -113,7 +129,8 @@ async def _read_stream(response: httpx.Response, model: str, on_delta: DeltaSink
             break
         chunk = json.loads(data)
         if "error" in chunk:
-            raise ModelError(f"model stream failed: {chunk['error'].get('message', 'unknown error')}")
+            error_text = str(chunk["error"].get("message", "unknown error"))
+            raise ModelError(f"model stream failed: {_masked(error_text, api_key)}")
         completion_id = str(chunk.get("id") or completion_id)
         response_model = str(chunk.get("model") or response_model)
         if chunk.get("usage"):

@@ -1,10 +1,12 @@
-"""The SDK's own diagnostics: internal errors are logged, rate-limited, and never raised."""
+"""The SDK's own diagnostics: internal errors are logged, rate-limited, masked, and never raised."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+
+from kaos_otel._secrets import mask_message
 
 _log = logging.getLogger("kaos_otel")
 _lock = threading.Lock()
@@ -21,7 +23,10 @@ def internal_error(where: str, exc: BaseException) -> None:
             return
         _last_logged[where] = now
     try:
-        _log.warning("kaos-otel: %s failed (%s: %s); telemetry continues", where, type(exc).__name__, exc)
+        message = mask_message(
+            f"kaos-otel: {where} failed ({type(exc).__name__}: {exc}); telemetry continues"
+        )
+        _log.warning("%s", message)
     except Exception:  # logging itself failed: nothing more to do
         return
 
@@ -32,4 +37,4 @@ def log_once(key: str, message: str, *args: object, level: int = logging.INFO) -
         if key in _last_logged:
             return
         _last_logged[key] = time.monotonic()
-    _log.log(level, message, *args)
+    _log.log(level, "%s", mask_message(message % args if args else message))

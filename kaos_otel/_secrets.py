@@ -52,7 +52,7 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(
         r"(?i)(?:password|passwd|pwd|secret|token(?!s)|api[_-]?key|apikey|"
         r"private[_-]?key|access[_-]?key|credential)[\w.-]*[\"']?\s*[:=]\s*"
-        r"(?P<value>\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s,;&}\])\"']+)"
+        r"(?!\[REDACTED\])(?P<value>\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s,;&}\])\"']+)"
     ),
 )
 
@@ -187,3 +187,19 @@ def default_redactor(text: str) -> str:
         position = end
     pieces.append(text[position:])
     return "".join(pieces)
+
+
+_URL_QUERY = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s?#\"']*\?(?P<query>[^\s#\"']+)")
+_QUERY_VALUE = re.compile(r"(?P<key>[^&=]+)=(?P<value>[^&]*)")
+
+
+def mask_message(text: str) -> str:
+    """A diagnostic message with its secrets masked, and every URL query value too (exporter
+    endpoints carry tokens there: ``?token=``, ``?sig=``, ``?code=``...)."""
+
+    def mask_query(match: re.Match[str]) -> str:
+        start = match.start("query") - match.start()
+        query = _QUERY_VALUE.sub(lambda pair: f"{pair.group('key')}={REDACTED}", match.group("query"))
+        return match.group()[:start] + query
+
+    return default_redactor(_URL_QUERY.sub(mask_query, text))

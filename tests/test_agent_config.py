@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -61,10 +62,17 @@ def test_flags_override_the_environment() -> None:
     assert dict(config.sub_agents) == {"a": "http://a"}
 
 
-def test_api_key_is_not_in_the_repr() -> None:
-    config = agent_config_from_args(_args("--model-api-key", "sk-secret"), ENV)
+def test_api_key_comes_from_env_or_a_file_never_argv_and_is_not_in_the_repr(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        _args("--model-api-key", "sk-secret")  # no such flag: argv is readable by every local user
+    config = agent_config_from_args(_args(), {**ENV, "KAOS_MODEL_API_KEY": "sk-secret"})
     assert config.model_api_key == "sk-secret"
     assert "sk-secret" not in repr(config)
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-from-file\n")
+    assert (
+        agent_config_from_args(_args("--model-key-file", str(key_file)), ENV).model_api_key == "sk-from-file"
+    )
 
 
 @pytest.mark.parametrize(

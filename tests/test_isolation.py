@@ -147,6 +147,10 @@ def test_a_thousand_cross_tenant_attempts_read_and_delete_nothing(agent: Agent) 
     _own_memory_is_intact(agent, victims)  # 0 deletes
 
 
+def test_the_database_is_the_users_only(agent: Agent) -> None:
+    assert agent.database.stat().st_mode & 0o777 == 0o600
+
+
 def test_identity_rules(agent: Agent) -> None:
     anonymous = agent.chat("hello", [])
     issued = anonymous.headers[SESSION_ID_HEADER]

@@ -1,25 +1,29 @@
 """Bounded resources and clear errors: body, message and text limits over HTTP, invalid Unicode,
-what memory stores and recalls, and MCP calls that fail on their own."""
+what memory stores and recalls, MCP calls that fail on their own, and errors without secrets."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import httpx
 import pytest
 
-from instrumented_agent.errors import ToolError
+from instrumented_agent.errors import ModelError, ToolError
 from instrumented_agent.limits import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, MAX_MESSAGES, MAX_STORED_TURN_CHARS
 from instrumented_agent.mcp_client import MAX_TOOL_ARGUMENTS_BYTES, McpToolbox
 from instrumented_agent.mcp_servers import MCP_PATH
 from instrumented_agent.memory import MemoryService, RelationalStore, Turn
 from instrumented_agent.memory.relational import estimate_tokens
+from instrumented_agent.model_client import ModelClient
+from instrumented_agent.openai_api import ChatMessage
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import agent_spec
 from kaos_otel import KaosOtelManager, MemoryScope
+from kaos_otel._internal_log import internal_error
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -125,3 +129,28 @@ async def test_a_failing_or_oversized_mcp_call_fails_only_its_own_request(runnin
         assert toolbox.ready
     finally:
         await toolbox.aclose()
+
+
+async def test_model_endpoint_errors_are_masked_before_they_reach_anyone() -> None:
+    key = "sk-proj-" + "k" * 40
+    short_key = "abc123-not-a-known-shape"
+
+    def endpoint(request: httpx.Request) -> httpx.Response:
+        sent = request.headers["authorization"].removeprefix("Bearer ")
+        return httpx.Response(401, json={"error": {"message": f"Incorrect API key provided: {sent}."}})
+
+    for api_key in (key, short_key):
+        async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as http:
+            client = ModelClient("http://model.invalid/v1", http, api_key)
+            with pytest.raises(ModelError) as raised:
+                await client.complete("m", [ChatMessage(role="user", content="hi")])
+        assert api_key not in str(raised.value) and "[REDACTED]" in str(raised.value)
+
+
+def test_credentials_in_exporter_urls_are_masked_in_diagnostics(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="kaos_otel")
+    url = "https://ingest:hunter2@collector.example:4318/v1/traces?token=tok-123456&sig=abcdef"
+    internal_error(f"test export to {url}", ConnectionError(f"cannot reach {url}"))
+    text = caplog.text
+    assert "collector.example" in text
+    assert not [secret for secret in ("hunter2", "tok-123456", "abcdef") if secret in text]
