@@ -72,16 +72,19 @@ class KaosOtelManager(AgentTelemetry):
         self.pipeline = ExportPipeline(
             self.settings, policy, global_providers=global_providers, bridge_logging=bridge_logging
         )
-        tracer, instruments, policy, enabled = telemetry_parts(
+        parts = telemetry_parts(
             self.pipeline.tracer_provider,
             self.pipeline.meter_provider,
             policy,
             self.pipeline.health,
             LabelBounds(redactor=redactor),
+            logger_provider=self.pipeline.logger_provider,
             enabled=not self.settings.disabled,
         )
-        super().__init__(tracer, instruments, policy, enabled=enabled)
-        if enabled:
+        super().__init__(
+            parts.tracer, parts.metrics, parts.policy, enabled=parts.enabled, events=parts.events
+        )
+        if parts.enabled:
             atexit.register(self.shutdown)
 
     @property

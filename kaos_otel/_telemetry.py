@@ -8,15 +8,17 @@ global providers.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, NamedTuple, TypeVar, overload
 
 from opentelemetry import metrics, trace
+from opentelemetry._logs import Logger, LoggerProvider, LogRecord, get_logger_provider
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel import catalog
-from kaos_otel._content import ContentPolicy
+from kaos_otel._content import ContentPolicy, to_attributes
+from kaos_otel._internal_log import internal_error
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
 from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle, SpanScope
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
@@ -40,12 +42,15 @@ class AgentRun(SpanHandle):
 class ModelCall(SpanHandle):
     """A ``chat`` span; carries token usage to the metrics."""
 
-    __slots__ = ("input_tokens", "output_tokens")
+    __slots__ = ("events", "input_tokens", "model", "output_tokens")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        self.model = ""
+        self.events: Logger | None = None
+        """Where the content event goes, when content capture includes events."""
 
     def record_usage(
         self,
@@ -68,9 +73,35 @@ class ModelCall(SpanHandle):
         )
 
     def record_messages(self, input_messages: object = None, output_messages: object = None) -> None:
-        """Record prompt and response messages, only when content capture is on."""
+        """Record prompt and response messages, only when content capture is on.
+
+        ``SPAN_ONLY`` / ``SPAN_AND_EVENT`` set ``gen_ai.input.messages`` / ``gen_ai.output.messages``
+        on the span; ``EVENT_ONLY`` / ``SPAN_AND_EVENT`` emit them in the GenAI conventions'
+        ``gen_ai.client.inference.operation.details`` event (a log record in the span's context).
+        """
         self.set_content(catalog.GEN_AI_INPUT_MESSAGES, input_messages)
         self.set_content(catalog.GEN_AI_OUTPUT_MESSAGES, output_messages)
+        if self.events is None or (input_messages is None and output_messages is None):
+            return
+        try:
+            limit = self._policy.max_value_length
+            self.events.emit(
+                LogRecord(
+                    event_name=catalog.GEN_AI_INFERENCE_DETAILS_EVENT,
+                    context=self.context,
+                    attributes=to_attributes(
+                        {
+                            catalog.GEN_AI_OPERATION_NAME: "chat",
+                            catalog.GEN_AI_REQUEST_MODEL: self.model,
+                            catalog.GEN_AI_INPUT_MESSAGES: input_messages,
+                            catalog.GEN_AI_OUTPUT_MESSAGES: output_messages,
+                        },
+                        limit,
+                    ),
+                )
+            )
+        except Exception as exc:
+            internal_error("content event", exc)
 
 
 class MemoryOperation(SpanHandle):
@@ -86,6 +117,16 @@ class MemoryOperation(SpanHandle):
 H = TypeVar("H", bound=SpanHandle)
 
 
+class TelemetryParts(NamedTuple):
+    """What :class:`AgentTelemetry` is built from."""
+
+    tracer: Tracer
+    metrics: KaosMetrics
+    policy: ContentPolicy
+    enabled: bool
+    events: Logger | None
+
+
 def telemetry_parts(
     tracer_provider: trace.TracerProvider | None,
     meter_provider: metrics.MeterProvider | None,
@@ -93,32 +134,45 @@ def telemetry_parts(
     health: TelemetryHealth | None = None,
     bounds: LabelBounds | None = None,
     *,
+    logger_provider: LoggerProvider | None = None,
     enabled: bool = True,
     scope: str = METER_NAME,
-) -> tuple[Tracer, KaosMetrics, ContentPolicy, bool]:
-    """The one place telemetry is built (manager, integrations, Mem0): a tracer and the catalog's
-    instruments on the given (default: global) providers, or no-ops when disabled."""
+) -> TelemetryParts:
+    """The one place telemetry is built (manager, integrations, Mem0): a tracer, the catalog's
+    instruments and the content-event logger on the given (default: global) providers, or no-ops
+    when disabled."""
+    policy = policy or ContentPolicy()
+    bounds = bounds or LabelBounds()
     if not enabled:
-        return trace.NoOpTracer(), KaosMetrics(metrics.NoOpMeter(METER_NAME), bounds or LabelBounds()), (
-            policy or ContentPolicy()
-        ), False
+        noop = KaosMetrics(metrics.NoOpMeter(scope), bounds)
+        return TelemetryParts(trace.NoOpTracer(), noop, policy, False, None)
     # The providers' own get_tracer/get_meter, with no version: the meter is the same one a host
     # gets with ``meter_provider.get_meter(scope)`` (a second meter of the same name would
     # register its instruments as conflicting streams).
     tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(scope)
     meter = (meter_provider or metrics.get_meter_provider()).get_meter(scope)
-    return tracer, KaosMetrics(meter, bounds or LabelBounds(), health), policy or ContentPolicy(), True
+    events = None
+    if policy.capture.on_events:
+        events = (logger_provider or get_logger_provider()).get_logger(scope)
+    return TelemetryParts(tracer, KaosMetrics(meter, bounds, health), policy, True, events)
 
 
 class AgentTelemetry:
     """Spans (three styles) and agent-domain helpers on one tracer and one set of instruments."""
 
     def __init__(
-        self, tracer: Tracer, metrics: KaosMetrics, policy: ContentPolicy, *, enabled: bool = True
+        self,
+        tracer: Tracer,
+        metrics: KaosMetrics,
+        policy: ContentPolicy,
+        *,
+        enabled: bool = True,
+        events: Logger | None = None,
     ) -> None:
         self._spans = SpanFactory(tracer, policy)
         self._metrics = metrics
         self._enabled = enabled
+        self._events = events if policy.capture.on_events else None
 
     @classmethod
     def from_providers(
@@ -131,17 +185,26 @@ class AgentTelemetry:
         bounds: LabelBounds | None = None,
         enabled: bool = True,
         scope: str = METER_NAME,
+        logger_provider: LoggerProvider | None = None,
     ) -> AgentTelemetry:
         """Domain helpers on providers you built (default: the global ones).
 
         Build the meter provider with :func:`kaos_otel.metric_views` so the label contract holds,
         e.g. around a ``PrometheusMetricReader``. ``health`` adds ``kaos.telemetry.dropped``;
-        ``scope`` names the tracer and meter (an instrumentation's module, for instance).
+        ``scope`` names the tracer and meter (an instrumentation's module, for instance);
+        ``logger_provider`` receives the GenAI content events in the ``EVENT`` capture modes.
         """
-        tracer, instruments, policy, enabled = telemetry_parts(
-            tracer_provider, meter_provider, policy, health, bounds, enabled=enabled, scope=scope
+        parts = telemetry_parts(
+            tracer_provider,
+            meter_provider,
+            policy,
+            health,
+            bounds,
+            logger_provider=logger_provider,
+            enabled=enabled,
+            scope=scope,
         )
-        return cls(tracer, instruments, policy, enabled=enabled)
+        return cls(parts.tracer, parts.metrics, parts.policy, enabled=parts.enabled, events=parts.events)
 
     @property
     def enabled(self) -> bool:
@@ -342,7 +405,7 @@ class AgentTelemetry:
                 output_tokens=handle.output_tokens,
             )
 
-        return self._begin(
+        call = self._begin(
             ModelCall,
             f"chat {model}",
             SpanKind.CLIENT,
@@ -357,6 +420,9 @@ class AgentTelemetry:
             },
             on_end,
         )
+        call.model = model
+        call.events = self._events
+        return call
 
     def tool_call(
         self,

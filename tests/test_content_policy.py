@@ -129,10 +129,32 @@ def test_content_stays_off_spans_when_only_events_may_carry_it(
     otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "EVENT_ONLY"})
     content = {key: marker(key) for key in ("prompt", "response", "arguments", "exception")}
     record_agent_turn(otel, content)
-    flush(otel, otlp_receiver, spans=5, logs=0)
-    payload = b"".join(r.SerializeToString() for r in otlp_receiver.raw_requests())
+    flush(otel, otlp_receiver, spans=5, logs=1)
+    spans = str([(s.name, s.attributes, [e.attributes for e in s.events]) for s in otlp_receiver.spans()])
     for key in ("prompt", "response", "arguments"):
-        assert content[key].encode() not in payload, key
+        assert content[key] not in spans, key
+    # the messages go in the GenAI conventions' inference-details event, in the model call's context
+    details = catalog.GEN_AI_INFERENCE_DETAILS_EVENT
+    (event,) = [log for log in otlp_receiver.logs() if log.event_name == details]
+    call = only_span(otlp_receiver, "chat gpt-4o-mini")
+    assert (event.trace_id, event.span_id) == (call.trace_id, call.span_id)
+    assert event.attributes[catalog.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini"
+    assert content["prompt"] in event.attributes[catalog.GEN_AI_INPUT_MESSAGES]
+    assert content["response"] in event.attributes[catalog.GEN_AI_OUTPUT_MESSAGES]
+
+
+@pytest.mark.parametrize("capture", ["SPAN_ONLY", "SPAN_AND_EVENT", "NO_CONTENT"])
+def test_the_inference_details_event_follows_the_capture_mode(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, capture: str
+) -> None:
+    otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": capture})
+    content = {key: marker(key) for key in ("prompt", "response", "arguments", "exception")}
+    record_agent_turn(otel, content)
+    flush(otel, otlp_receiver, spans=5, logs=0)
+    events = [log for log in otlp_receiver.logs() if log.event_name == catalog.GEN_AI_INFERENCE_DETAILS_EVENT]
+    assert len(events) == (1 if capture == "SPAN_AND_EVENT" else 0)
+    on_span = catalog.GEN_AI_INPUT_MESSAGES in only_span(otlp_receiver, "chat gpt-4o-mini").attributes
+    assert on_span == (capture != "NO_CONTENT")
 
 
 @pytest.mark.parametrize("capture", [False, True], ids=["capture-off", "capture-on"])
