@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_collector import collector_binary
 
-from kaos_otel.assets import COLLECTOR_PROFILES, collector_config, collector_files, dashboard_files
+from kaos_otel.assets import COLLECTOR_PROFILES, asset_files, collector_config
 from kaos_otel.cli import main as kaos_otel_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def test_the_wheel_carries_the_assets_and_the_commands_work_from_any_directory(
     done = _run_installed(installed_wheel, tmp_path, "dashboards", "export", "out/dashboards")
     assert done.returncode == 0, done.stderr
     exported = sorted(p.relative_to(tmp_path / "out" / "dashboards") for p in (tmp_path / "out").rglob("*.*"))
-    shipped = sorted(p.relative_to(REPO / "dashboards") for p in dashboard_files())
+    shipped = sorted(p.relative_to(REPO / "dashboards") for p in asset_files("dashboards", REPO))
     assert exported == shipped
     assert Path("signoz/kaos-agents.v2.json") in exported
     assert Path("prometheus/kaos-alerts.rules.yml") in exported
@@ -71,7 +71,7 @@ def test_the_wheel_carries_the_assets_and_the_commands_work_from_any_directory(
     done = _run_installed(installed_wheel, tmp_path, "collector", "export", "collector")
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "collector").iterdir()) == sorted(
-        p.name for p in collector_files()
+        p.name for p in asset_files("collector", REPO)
     )
 
     done = _run_installed(installed_wheel, tmp_path, "collector", "config", "--profile", "jaeger")
