@@ -15,6 +15,98 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
+# Names the OpenTelemetry semantic conventions define come from opentelemetry-semantic-conventions.
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_AGENT_ID as GEN_AI_AGENT_ID,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_AGENT_NAME as GEN_AI_AGENT_NAME,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_CONVERSATION_ID as GEN_AI_CONVERSATION_ID,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_INPUT_MESSAGES as GEN_AI_INPUT_MESSAGES,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_OPERATION_NAME as GEN_AI_OPERATION_NAME,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_OUTPUT_MESSAGES as GEN_AI_OUTPUT_MESSAGES,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_PROVIDER_NAME as GEN_AI_PROVIDER_NAME,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_REQUEST_MODEL as GEN_AI_REQUEST_MODEL,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_RESPONSE_FINISH_REASONS as GEN_AI_RESPONSE_FINISH_REASONS,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_RESPONSE_MODEL as GEN_AI_RESPONSE_MODEL,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_SYSTEM_INSTRUCTIONS as GEN_AI_SYSTEM_INSTRUCTIONS,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_TOKEN_TYPE as GEN_AI_TOKEN_TYPE,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_TOOL_CALL_ARGUMENTS as GEN_AI_TOOL_CALL_ARGUMENTS,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_TOOL_CALL_ID as GEN_AI_TOOL_CALL_ID,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_TOOL_CALL_RESULT as GEN_AI_TOOL_CALL_RESULT,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_TOOL_NAME as GEN_AI_TOOL_NAME,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_TOOL_TYPE as GEN_AI_TOOL_TYPE,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_USAGE_INPUT_TOKENS as GEN_AI_USAGE_INPUT_TOKENS,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_USAGE_OUTPUT_TOKENS as GEN_AI_USAGE_OUTPUT_TOKENS,
+)
+from opentelemetry.semconv._incubating.attributes.mcp_attributes import (
+    MCP_METHOD_NAME as MCP_METHOD_NAME,
+)
+from opentelemetry.semconv._incubating.attributes.session_attributes import (
+    SESSION_ID as SESSION_ID,
+)
+from opentelemetry.semconv._incubating.attributes.user_attributes import (
+    USER_ID as USER_ID,
+)
+from opentelemetry.semconv._incubating.metrics.gen_ai_metrics import (
+    GEN_AI_CLIENT_OPERATION_DURATION as GEN_AI_CLIENT_OPERATION_DURATION,
+)
+from opentelemetry.semconv._incubating.metrics.gen_ai_metrics import (
+    GEN_AI_CLIENT_TOKEN_USAGE as GEN_AI_CLIENT_TOKEN_USAGE,
+)
+from opentelemetry.semconv.attributes.db_attributes import (
+    DB_COLLECTION_NAME as DB_COLLECTION_NAME,
+)
+from opentelemetry.semconv.attributes.db_attributes import (
+    DB_OPERATION_NAME as DB_OPERATION_NAME,
+)
+from opentelemetry.semconv.attributes.db_attributes import (
+    DB_SYSTEM_NAME as DB_SYSTEM_NAME,
+)
+from opentelemetry.semconv.attributes.error_attributes import (
+    ERROR_TYPE as ERROR_TYPE,
+)
+from opentelemetry.semconv.attributes.server_attributes import (
+    SERVER_ADDRESS as SERVER_ADDRESS,
+)
+from opentelemetry.semconv.attributes.server_attributes import (
+    SERVER_PORT as SERVER_PORT,
+)
+
 
 class Outcome(StrEnum):
     """How an operation ended, as recorded on spans (``kaos.outcome``) and metric labels."""
@@ -56,25 +148,6 @@ class MemoryScope(StrEnum):
 
 # --- attribute keys -------------------------------------------------------------------------
 # OpenTelemetry GenAI conventions
-GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
-GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
-GEN_AI_AGENT_NAME = "gen_ai.agent.name"
-GEN_AI_AGENT_ID = "gen_ai.agent.id"
-GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
-GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
-GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
-GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
-GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
-GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
-GEN_AI_TOOL_NAME = "gen_ai.tool.name"
-GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
-GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
-GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
-GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
-GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
-GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
-GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 # memory conventions (semantic-conventions-genai #140)
 GEN_AI_MEMORY_STORE_ID = "gen_ai.memory.store.id"
 GEN_AI_MEMORY_RECORD_ID = "gen_ai.memory.record.id"
@@ -82,15 +155,6 @@ GEN_AI_MEMORY_RECORD_COUNT = "gen_ai.memory.record.count"
 GEN_AI_MEMORY_QUERY_TEXT = "gen_ai.memory.query.text"
 GEN_AI_MEMORY_RECORDS = "gen_ai.memory.records"
 # general conventions
-ERROR_TYPE = "error.type"
-SERVER_ADDRESS = "server.address"
-SERVER_PORT = "server.port"
-MCP_METHOD_NAME = "mcp.method.name"  # on the mcp SDK's own spans (read by ``traces show``)
-SESSION_ID = "session.id"
-USER_ID = "user.id"
-DB_SYSTEM_NAME = "db.system.name"
-DB_OPERATION_NAME = "db.operation.name"
-DB_COLLECTION_NAME = "db.collection.name"
 # kaos.* (no convention exists)
 KAOS_OUTCOME = "kaos.outcome"
 KAOS_REQUEST_ORIGIN = "kaos.request.origin"
@@ -393,8 +457,6 @@ _AGENT_OUTCOME = {KAOS_OUTCOME: _OUTCOMES}
 _REQUEST_LABELS = (GEN_AI_AGENT_NAME, KAOS_REQUEST_ORIGIN, KAOS_OUTCOME)
 _REQUEST_FIXED = {KAOS_OUTCOME: _OUTCOMES, KAOS_REQUEST_ORIGIN: len(RequestOrigin)}
 
-GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
-GEN_AI_CLIENT_TOKEN_USAGE = "gen_ai.client.token.usage"
 KAOS_REQUESTS = "kaos.requests"
 KAOS_REQUEST_DURATION = "kaos.request.duration"
 KAOS_REQUEST_STEPS = "kaos.request.steps"
