@@ -21,7 +21,7 @@ from kaos_otel._receive import TraceAssembler
 from kaos_otel.cli import main as kaos_otel_main
 from kaos_otel.receiver import ReceivedMetricPoint, ReceivedSpan
 
-pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 RECEIVE = [sys.executable, "-m", "kaos_otel", "receive", "--grpc-port", "0", "--http-port", "0"]
 
@@ -33,6 +33,7 @@ def _span(trace: str, span: str, parent: str | None, start: int = 0, end: int = 
     )  # fmt: skip
 
 
+@pytest.mark.fast
 def test_a_trace_is_complete_when_its_root_has_settled() -> None:
     assembler = TraceAssembler(settle_s=1.0)
     assembler.add([_span("t1", "b", "a")], now=0.0)
@@ -46,6 +47,7 @@ def test_a_trace_is_complete_when_its_root_has_settled() -> None:
     assert (late.late, [s.span_id for s in late.spans]) == (True, ["c"])
 
 
+@pytest.mark.fast
 def test_a_trace_whose_root_is_elsewhere_is_printed_after_the_longer_wait() -> None:
     assembler = TraceAssembler(settle_s=1.0)
     assembler.add([_span("t2", "b", "remote-parent")], now=0.0)
@@ -60,6 +62,7 @@ def _point(value: int, start: int, time: int) -> ReceivedMetricPoint:
     )  # fmt: skip
 
 
+@pytest.mark.fast
 def test_metric_totals_add_counting_periods_and_keep_the_latest_cumulative_value() -> None:
     # cumulative 1 then 3 in one process; a restarted process (new start time) counted 2
     points = [_point(1, start=100, time=110), _point(3, start=100, time=120), _point(2, start=200, time=210)]
