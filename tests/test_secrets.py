@@ -164,7 +164,7 @@ def _encodings(value: str) -> set[bytes]:
     return {form.encode() for form in forms}
 
 
-def _leaks(payload: bytes, placement: Placement) -> list[str]:
+def leaks(payload: bytes, placement: Placement) -> list[str]:
     found = []
     for value in placement.secret.values:
         middle = value[len(value) // 2 - 6 : len(value) // 2 + 6]
@@ -173,7 +173,7 @@ def _leaks(payload: bytes, placement: Placement) -> list[str]:
     return found
 
 
-def _send(otel: KaosOtelManager, placement: Placement) -> None:
+def send(otel: KaosOtelManager, placement: Placement) -> None:
     log = logging.getLogger(LOGGER)
     text = placement.text
     with otel.invoke_agent("assistant", attributes={"app.note": text}) as run:
@@ -194,7 +194,7 @@ def _send(otel: KaosOtelManager, placement: Placement) -> None:
 def test_corpus_is_large_and_every_secret_is_masked_by_the_redactor() -> None:
     assert len(CORPUS) >= 300
     assert len({p.secret.kind for p in CORPUS}) == len(SECRETS)
-    unmasked = [p.text for p in CORPUS if _leaks(default_redactor(p.text).encode(), p)]
+    unmasked = [p.text for p in CORPUS if leaks(default_redactor(p.text).encode(), p)]
     assert unmasked == []
 
 
@@ -205,14 +205,14 @@ def test_no_secret_of_the_corpus_reaches_the_receiver(
     logging.getLogger(LOGGER).setLevel(logging.INFO)
     otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": capture.value})
     for placement in CORPUS:
-        _send(otel, placement)
+        send(otel, placement)
     spans, logs = 4 * len(CORPUS), 2 * len(CORPUS)
     assert otel.force_flush(30)
     assert otlp_receiver.wait_for(lambda r: len(r.spans()) >= spans and len(r.logs()) >= logs, 60)
 
     payload = b"".join(request.SerializeToString() for request in otlp_receiver.raw_requests())
-    leaks = [leak for placement in CORPUS for leak in _leaks(payload, placement)]
-    assert leaks == [], f"{len(leaks)} of {len(CORPUS)} placements leaked: {leaks[:5]}"
+    found = [leak for placement in CORPUS for leak in leaks(payload, placement)]
+    assert found == [], f"{len(found)} of {len(CORPUS)} placements leaked: {found[:5]}"
     # the texts did reach the receiver (the test can fail): every context marker is there
     assert all(p.context.encode() in payload for p in CORPUS)
     assert REDACTED.encode() in payload
