@@ -38,3 +38,45 @@ def log_once(key: str, message: str, *args: object, level: int = logging.INFO) -
             return
         _last_logged[key] = time.monotonic()
     _log.log(level, "%s", mask_message(message % args if args else message))
+
+
+_EXPORTER_LOGGERS = tuple(
+    f"opentelemetry.exporter.otlp.{name}"
+    for name in (
+        "common.http",
+        "proto.http.trace_exporter",
+        "proto.http.metric_exporter",
+        "proto.http._log_exporter",
+        "proto.grpc.exporter",
+        "proto.grpc.trace_exporter",
+        "proto.grpc.metric_exporter",
+        "proto.grpc._log_exporter",
+    )
+)
+"""The OTLP exporters' loggers: their messages quote the endpoint (and errors that quote the URL)."""
+
+
+class _MaskingFilter(logging.Filter):
+    """Masks secrets and URL query values in a record's message before any handler sees it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            record.msg = mask_message(record.getMessage())
+            record.args = None
+        except Exception:  # a message that cannot be formatted is left to logging's own handling
+            pass
+        return True
+
+
+_MASKING_FILTER = _MaskingFilter()
+
+
+def mask_exporter_diagnostics() -> None:
+    """Mask credentials in the OTLP exporters' own warnings (idempotent)."""
+    for name in _EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        if _MASKING_FILTER not in logger.filters:
+            logger.addFilter(_MASKING_FILTER)
+
+
+mask_exporter_diagnostics()

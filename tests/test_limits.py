@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from net_support import free_port
 
 from instrumented_agent.errors import ModelError, ToolError
 from instrumented_agent.limits import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, MAX_MESSAGES, MAX_STORED_TURN_CHARS
@@ -154,3 +155,20 @@ def test_credentials_in_exporter_urls_are_masked_in_diagnostics(caplog: pytest.L
     text = caplog.text
     assert "collector.example" in text
     assert not [secret for secret in ("hunter2", "tok-123456", "abcdef") if secret in text]
+
+
+def test_the_otlp_exporters_own_warnings_do_not_show_url_credentials(
+    make_otel: Callable[..., KaosOtelManager], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    token = "tok-" + "9" * 24
+    closed = f"http://127.0.0.1:{free_port()}/v1/traces?token={token}"
+    otel = make_otel(
+        "http/protobuf",
+        environ={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": closed, "OTEL_EXPORTER_OTLP_TIMEOUT": "1000"},
+    )
+    with otel.span("doomed"):
+        pass
+    otel.force_flush(3)
+    assert "/v1/traces" in caplog.text or "export" in caplog.text.lower()  # the failure was logged
+    assert token not in caplog.text
