@@ -237,11 +237,16 @@ class AgentTelemetry:
         return self._spans.begin(name, kind=kind, attributes=attributes, links=links, parent=parent)
 
     def span_success(self, span: SpanHandle) -> None:
-        """End a span begun with :meth:`span_begin` successfully (ending twice is harmless)."""
+        """End a span begun with :meth:`span_begin` successfully (ending twice is harmless).
+
+        The same as ``span.success()``. Both spellings stay on purpose: this one is the explicit
+        style's begin/success/failure triple on the telemetry object, the handle's serves code
+        that was handed only the span (a callback, another task).
+        """
         span.success()
 
     def span_failure(self, span: SpanHandle, exc: BaseException) -> None:
-        """End a span as failed by ``exc``."""
+        """End a span as failed by ``exc`` (the same as ``span.failure(exc)``, see :meth:`span_success`)."""
         span.failure(exc)
 
     def span(
@@ -574,6 +579,8 @@ class _NoopModelCall(NoopSpanHandle, ModelCall):
         NoopSpanHandle.__init__(self)
         self.input_tokens = None
         self.output_tokens = None
+        self.model = ""
+        self.events = None
 
 
 class _NoopMemoryOperation(NoopSpanHandle, MemoryOperation):

@@ -293,7 +293,7 @@ def test_huge_and_unserialisable_values_are_capped_and_the_batch_arrives(
         try:
             raise ValueError(huge)
         except ValueError as exc:
-            otel.span("recorded").failure(exc)
+            otel.span_failure(otel.span_begin("recorded"), exc)
     with otel.span("odd-values", attributes=odd_values) as span:
         for key, value in odd_values.items():
             span.set_attribute(key + ".set", value)
