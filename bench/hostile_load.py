@@ -18,6 +18,7 @@ import json
 import random
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ class HostileReport:
     max_database_bytes: int = 0
     health_checks: int = 0
     health_failures: int = 0
+    max_health_latency_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready values."""
@@ -58,6 +60,7 @@ class HostileReport:
             "max_database_mib": round(self.max_database_bytes / 2**20, 2),
             "health_checks": self.health_checks,
             "health_failures": self.health_failures,
+            "max_health_latency_s": round(self.max_health_latency_s, 2),
         }
 
 
@@ -127,22 +130,25 @@ async def _client(url: str, report: HostileReport, deadline: float, seed: int) -
                 report.statuses[f"{kind} {status}"] += 1
 
 
-async def _sampler(
-    url: str, pid: int, database: Path, report: HostileReport, deadline: float, clients_done: asyncio.Event
+def _sampler(
+    url: str, pid: int, database: Path, report: HostileReport, deadline: float, clients_done: threading.Event
 ) -> None:
-    async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
+    """Samples on its own thread and client, so that the load's own work never delays a health check."""
+    with httpx.Client(timeout=10, trust_env=False) as client:
         while True:
             report.max_rss_bytes = max(report.max_rss_bytes, _rss_bytes(pid))
             report.max_database_bytes = max(report.max_database_bytes, _database_bytes(database))
             report.health_checks += 1
+            started = time.monotonic()
             try:
-                if (await client.get(f"{url}/health")).status_code != 200:
+                if client.get(f"{url}/health").status_code != 200:
                     report.health_failures += 1
             except httpx.HTTPError:
                 report.health_failures += 1
+            report.max_health_latency_s = max(report.max_health_latency_s, time.monotonic() - started)
             if time.monotonic() >= deadline and clients_done.is_set():
                 return
-            await asyncio.sleep(_SAMPLE_EVERY_S)
+            time.sleep(_SAMPLE_EVERY_S)
 
 
 def run_hostile_load(duration_s: float, clients: int = 4, workdir: Path | None = None) -> HostileReport:
@@ -157,19 +163,21 @@ def run_hostile_load(duration_s: float, clients: int = 4, workdir: Path | None =
         agent = supervisor.spawn(agent_spec("researcher", model, mcp=[echo], extra_args=memory))
         supervisor.wait_ready([model, echo, agent])
 
+        deadline = time.monotonic() + duration_s
+        done = threading.Event()
+        sampler = threading.Thread(
+            target=_sampler, args=(agent.url, agent.pid, database, report, deadline, done), daemon=True
+        )
+        sampler.start()
+
         async def load() -> None:
-            deadline = time.monotonic() + duration_s
-            done = asyncio.Event()
+            await asyncio.gather(*(_client(agent.url, report, deadline, seed) for seed in range(clients)))
 
-            async def all_clients() -> None:
-                await asyncio.gather(*(_client(agent.url, report, deadline, seed) for seed in range(clients)))
-                done.set()
-
-            await asyncio.gather(
-                _sampler(agent.url, agent.pid, database, report, deadline, done), all_clients()
-            )
-
-        asyncio.run(load())
+        try:
+            asyncio.run(load())
+        finally:
+            done.set()
+            sampler.join()
     return report
 
 
