@@ -132,3 +132,13 @@ def test_a_failing_store_makes_the_forget_a_503_that_names_it(system: System) ->
     )
     assert forgot.status_code == 503
     assert forgot.json()["failed"] == ["amnesiac/short_term", "amnesiac/medium_term"]
+
+
+def test_an_anonymous_session_follows_its_delegations_and_is_forgotten_everywhere(system: System) -> None:
+    first = system.chat(system.coordinator, "Research anonymous things", {})
+    assert first.status_code == 200, first.text  # the researcher accepted the issued session
+    session = {SESSION_ID_HEADER: first.headers[SESSION_ID_HEADER]}
+    forgot = system.client.request("DELETE", f"{system.coordinator}/v1/memory", headers=session)
+    assert forgot.status_code == 200, forgot.text
+    deleted = forgot.json()["deleted"]
+    assert deleted["coordinator"]["short_term"] == 2 and deleted["researcher"]["short_term"] == 2, deleted
