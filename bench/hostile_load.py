@@ -72,7 +72,14 @@ def _rss_bytes(pid: int) -> int:
 
 
 def _database_bytes(database: Path) -> int:
-    return sum(p.stat().st_size for p in database.parent.glob(database.name + "*") if p.is_file())
+    """The database file and its journal or WAL (which come and go while it is sampled)."""
+    total = 0
+    for path in database.parent.glob(database.name + "*"):
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:
+            continue
+    return total
 
 
 def _chat(messages: list[dict[str, str]]) -> bytes:
