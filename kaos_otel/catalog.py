@@ -47,9 +47,6 @@ from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
     GEN_AI_RESPONSE_MODEL as GEN_AI_RESPONSE_MODEL,
 )
 from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
-    GEN_AI_SYSTEM_INSTRUCTIONS as GEN_AI_SYSTEM_INSTRUCTIONS,
-)
-from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
     GEN_AI_TOKEN_TYPE as GEN_AI_TOKEN_TYPE,
 )
 from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
@@ -57,9 +54,6 @@ from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
 )
 from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
     GEN_AI_TOOL_CALL_ID as GEN_AI_TOOL_CALL_ID,
-)
-from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
-    GEN_AI_TOOL_CALL_RESULT as GEN_AI_TOOL_CALL_RESULT,
 )
 from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
     GEN_AI_TOOL_NAME as GEN_AI_TOOL_NAME,
@@ -100,11 +94,29 @@ from opentelemetry.semconv.attributes.db_attributes import (
 from opentelemetry.semconv.attributes.error_attributes import (
     ERROR_TYPE as ERROR_TYPE,
 )
+from opentelemetry.semconv.attributes.http_attributes import (
+    HTTP_REQUEST_METHOD as HTTP_REQUEST_METHOD,
+)
+from opentelemetry.semconv.attributes.http_attributes import (
+    HTTP_RESPONSE_STATUS_CODE as HTTP_RESPONSE_STATUS_CODE,
+)
+from opentelemetry.semconv.attributes.http_attributes import (
+    HTTP_ROUTE as HTTP_ROUTE,
+)
 from opentelemetry.semconv.attributes.server_attributes import (
     SERVER_ADDRESS as SERVER_ADDRESS,
 )
 from opentelemetry.semconv.attributes.server_attributes import (
     SERVER_PORT as SERVER_PORT,
+)
+from opentelemetry.semconv.attributes.url_attributes import (
+    URL_PATH as URL_PATH,
+)
+from opentelemetry.semconv.attributes.url_attributes import (
+    URL_SCHEME as URL_SCHEME,
+)
+from opentelemetry.semconv.attributes.user_agent_attributes import (
+    USER_AGENT_ORIGINAL as USER_AGENT_ORIGINAL,
 )
 
 
@@ -163,7 +175,6 @@ KAOS_AGENT_MAX_STEPS = "kaos.agent.max_steps"
 KAOS_AGENT_STEPS = "kaos.agent.steps"
 KAOS_DELEGATION_SOURCE = "kaos.delegation.source"
 KAOS_DELEGATION_TARGET = "kaos.delegation.target"
-KAOS_TASK_ID = "kaos.task.id"
 KAOS_MEMORY_TIER = "kaos.memory.tier"
 KAOS_MEMORY_OPERATION = "kaos.memory.operation"
 KAOS_MEMORY_SCOPE = "kaos.memory.scope"
@@ -186,7 +197,6 @@ HIGH_CARDINALITY_KEYS: frozenset[str] = frozenset(
         GEN_AI_TOOL_CALL_ID,
         GEN_AI_MEMORY_STORE_ID,
         GEN_AI_MEMORY_RECORD_ID,
-        KAOS_TASK_ID,
     }
 )
 """Ids that belong on spans and logs, never on metric labels."""
@@ -218,10 +228,8 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(GEN_AI_TOOL_CALL_ID, "Tool call id", "otel"),
     AttributeSpec(GEN_AI_TOOL_TYPE, "function or extension", "otel"),
     AttributeSpec(GEN_AI_TOOL_CALL_ARGUMENTS, "Tool arguments", "otel", content=True),
-    AttributeSpec(GEN_AI_TOOL_CALL_RESULT, "Tool result", "otel", content=True),
     AttributeSpec(GEN_AI_INPUT_MESSAGES, "Prompt messages", "otel", content=True),
     AttributeSpec(GEN_AI_OUTPUT_MESSAGES, "Response messages", "otel", content=True),
-    AttributeSpec(GEN_AI_SYSTEM_INSTRUCTIONS, "System instructions", "otel", content=True),
     AttributeSpec(GEN_AI_MEMORY_STORE_ID, "Memory store id", "otel"),
     AttributeSpec(GEN_AI_MEMORY_RECORD_ID, "Memory record id", "otel"),
     AttributeSpec(GEN_AI_MEMORY_RECORD_COUNT, "Records returned or affected", "otel"),
@@ -232,6 +240,12 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(SERVER_PORT, "Server port", "otel"),
     AttributeSpec(SESSION_ID, "Session id", "otel"),
     AttributeSpec(USER_ID, "Verified user id (from the gateway header)", "otel"),
+    AttributeSpec(HTTP_REQUEST_METHOD, "HTTP method of an incoming request (ASGI middleware)", "otel"),
+    AttributeSpec(HTTP_ROUTE, "Matched route template, e.g. /chat (ASGI middleware)", "otel"),
+    AttributeSpec(HTTP_RESPONSE_STATUS_CODE, "HTTP status sent (ASGI middleware)", "otel"),
+    AttributeSpec(URL_PATH, "Request path (ASGI middleware)", "otel"),
+    AttributeSpec(URL_SCHEME, "http or https (ASGI middleware)", "otel"),
+    AttributeSpec(USER_AGENT_ORIGINAL, "User-Agent header (ASGI middleware)", "otel"),
     AttributeSpec(DB_SYSTEM_NAME, "Vector store engine, e.g. qdrant (Mem0 child spans)", "otel"),
     AttributeSpec(DB_OPERATION_NAME, "Vector store operation, e.g. search (Mem0 child spans)", "otel"),
     AttributeSpec(DB_COLLECTION_NAME, "Vector store collection (Mem0 child spans)", "otel"),
@@ -242,7 +256,6 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(KAOS_AGENT_STEPS, "Steps the run took", "kaos"),
     AttributeSpec(KAOS_DELEGATION_SOURCE, "Agent that delegated", "kaos"),
     AttributeSpec(KAOS_DELEGATION_TARGET, "Agent delegated to (bounded on metrics)", "kaos"),
-    AttributeSpec(KAOS_TASK_ID, "Task id", "kaos"),
     AttributeSpec(KAOS_MEMORY_TIER, "short_term | medium_term | long_term", "kaos"),
     AttributeSpec(KAOS_MEMORY_OPERATION, "Memory operation name (search_memory...)", "kaos"),
     AttributeSpec(KAOS_MEMORY_SCOPE, "session | agent | user | store", "kaos"),
@@ -279,6 +292,8 @@ SPAN_DELEGATION = "invoke_agent {kaos.delegation.target}"
 SPAN_MEMORY = "{gen_ai.operation.name}"
 SPAN_EMBEDDINGS = "embeddings {gen_ai.request.model}"
 SPAN_VECTOR_STORE = "{db.operation.name} {db.collection.name}"
+SPAN_HTTP_SERVER = "{http.request.method} {http.route}"
+SPAN_HTTP_SERVER_UNROUTED = "{http.request.method}"
 
 MEMORY_OPERATIONS: tuple[str, ...] = (
     "create_memory_store",
@@ -309,9 +324,8 @@ SPANS: tuple[SpanSpec, ...] = (
     SpanSpec(SPAN_MEMORY, "CLIENT", "<memory operation>", "One memory operation (gen_ai.memory.client)"),
     SpanSpec(SPAN_EMBEDDINGS, "CLIENT", "embeddings", "Embedding inside a memory operation (opt-in)"),
     SpanSpec(SPAN_VECTOR_STORE, "CLIENT", "<vector store op>", "Vector store call in a memory op (opt-in)"),
-    SpanSpec(
-        "{http.request.method} {http.route}", "SERVER", "http", "Incoming HTTP request (ASGI middleware)"
-    ),
+    SpanSpec(SPAN_HTTP_SERVER, "SERVER", "http", "Incoming HTTP request (ASGI middleware)"),
+    SpanSpec(SPAN_HTTP_SERVER_UNROUTED, "SERVER", "http", "Incoming HTTP request no route matched"),
 )
 
 

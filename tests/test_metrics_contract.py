@@ -125,7 +125,7 @@ def drive_requests(otel: AgentTelemetry, count: int = REQUESTS) -> Driven:
         provider = KNOWN_MODELS.get(model, "openai")
         tool = invented_tool if i % 4 == 3 else KNOWN_TOOLS[i % 3]
         target = invented_target if i % 6 == 5 else KNOWN_AGENTS[1]
-        ids = {catalog.KAOS_TASK_ID: task_id, "url.full": url, "gen_ai.prompt": prompt}
+        ids = {"app.task.id": task_id, "url.full": url, "gen_ai.prompt": prompt}
         try:
             with otel.invoke_agent(
                 agent,

@@ -100,7 +100,7 @@ class TraceContextMiddleware:
             nonlocal status_code, completed
             if message["type"] == "http.response.start":
                 status_code = int(message["status"])
-                handle.set_attribute("http.response.status_code", status_code)
+                handle.set_attribute(catalog.HTTP_RESPONSE_STATUS_CODE, status_code)
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 completed = True
             await send(message)
@@ -126,7 +126,7 @@ class TraceContextMiddleware:
             route_path = getattr(route, "path", None)
             if isinstance(route_path, str):
                 handle.span.update_name(f"{scope['method']} {route_path}")
-                handle.set_attribute("http.route", route_path)
+                handle.set_attribute(catalog.HTTP_ROUTE, route_path)
             if status_code >= 500:
                 handle.set_outcome(Outcome.ERROR, error_type=str(status_code))
         except Exception as exc:
@@ -156,12 +156,12 @@ class TraceContextMiddleware:
             method,
             SpanKind.SERVER,
             {
-                "http.request.method": method,
-                "url.path": scope.get("path"),
-                "url.scheme": scope.get("scheme"),
+                catalog.HTTP_REQUEST_METHOD: method,
+                catalog.URL_PATH: scope.get("path"),
+                catalog.URL_SCHEME: scope.get("scheme"),
                 catalog.SERVER_ADDRESS: server[0],
                 catalog.SERVER_PORT: server[1],
-                "user_agent.original": headers.get("user-agent"),
+                catalog.USER_AGENT_ORIGINAL: headers.get("user-agent"),
                 catalog.KAOS_TRACE_TRUST: incoming.trust.value,
             },
             links=incoming.links,
