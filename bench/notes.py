@@ -150,25 +150,40 @@ CPU times are the collector processes' own (`/proc/<pid>/stat`).
 | 20,000 | 4,160 | 0 | 38.1 us | 0.16 | 26,200 |
 
 The load generator, on the same overloaded cores, could not send more than about 5,500 spans/s;
-the gateway never refused a span and used at most a fifth of a core, so it was not the limit.
-Its cost per span, 34-41 us of CPU, is the portable figure: **about 25,000 spans/s per gateway
-core** (a floor: batches grow with the rate, which makes each span cheaper). A second run at
-19:19 UTC (load average 11.6 to 13.0) gave 36.2 and 35.1 us per span at 3,280 and 5,640 spans/s.
+the gateway never refused a span and used at most a fifth of a core, so it was not the limit. Its
+cost per span, 34-41 us of CPU, would make about 25,000 spans/s per gateway core; but see the
+third run below. A second run at 19:19 UTC (load average 11.6 to 13.0) gave 36.2 and 35.1 us per
+span at 3,280 and 5,640 spans/s.
+
+A third run at 19:40 UTC, when the machine had quietened (load average 7.0 at start, 3.3 at the
+end), let the load generator go further, and the cost per span rose with the rate:
+
+| offered spans/s | accepted spans/s | refused | CPU per span | cores used | spans/s per core |
+|---|---|---|---|---|---|
+| 5,000 | 4,560 | 0 | 59.3 us | 0.27 | 16,900 |
+| 10,000 | 6,520 | 0 | 51.9 us | 0.34 | 19,300 |
+| 20,000 | 7,400 | 0 | 61.4 us | 0.45 | 16,300 |
+| 40,000 | 9,160 | 0 | 65.6 us | 0.60 | 15,200 |
+
+So the figures above, measured while the gateway got only slices of an overloaded CPU, flatter
+it; the sizing rule below uses the conservative figure of the highest rate reached: **about
+15,000 spans/s per gateway core** (9,160 spans/s sustained with 0.6 of a core, nothing refused).
+The agent tier in that run: 25.0 us per span at 3,590 spans/s.
 
 **Agent tier** (`otelcol-agent.yaml`: receive, batch, route by trace id, gzip to the gateway):
 26.2 and 29.3 us of CPU per span in the two runs (at 2,030 and 1,840 spans/s, 0.05 of a core), so
-about 35,000 spans/s per core; exporting at one gateway core's worth (25,000 spans/s) costs the
-agent tier about 0.7 of a core, spread over the nodes that produce it. Inside the agent process,
+about 35,000 spans/s per core; exporting at one gateway core's worth (15,000 spans/s) costs the
+agent tier about 0.4 of a core, spread over the nodes that produce it. Inside the agent process,
 the SDK's export thread is the larger cost: one Python process exports at most about 5,300 spans/s
 (Throughput above), i.e. a process busy with telemetry near that rate is already the bottleneck
 long before the collectors.
 
 **Sizing rule.** spans/s = spans per request x requests per second (the reference agent's research
 request, `kaos-agent demo --scenario research`, is 37 spans over 5 services). Gateway cores =
-spans/s / 25,000, doubled for headroom (a gateway must absorb a failed peer's share and decide on
+spans/s / 15,000, doubled for headroom (a gateway must absorb a failed peer's share and decide on
 time), and at least 2 gateways (3 to lose one without overloading the rest). Gateway memory =
 decision wait (10 s after the root, 60 s at most) x traces/s x spans per trace x about 1 KiB.
 Agent tier: 30 us x the node's spans/s, e.g. 0.03 of a core per node at 1,000 spans/s. Example:
-200 research requests/s x 37 spans = 7,400 spans/s -> 0.3 gateway cores, doubled 0.6: three 1-core
+200 research requests/s x 37 spans = 7,400 spans/s -> 0.5 gateway cores, doubled 1: three 1-core
 gateways are plenty, holding about 7,400 x 10 s x 1 KiB = 74 MiB (25 MiB each) of pending traces.
 """
