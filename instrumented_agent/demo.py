@@ -220,6 +220,8 @@ def run_demo(
             if report is not None:
                 statuses = ", ".join(f"HTTP {k}: {v}" for k, v in sorted(report.by_status.items()))
                 out.say(f"\nLive traffic: {report.sent} requests ({statuses})")
+                if report.failed_streams:
+                    out.say(f"  of the streams answered 200, {report.failed_streams} ended in an error event")
                 out.say(f"A research trace from before the faults: {report.research_trace_id or '?'}")
             _report_telemetry(out, results, spans, points, telemetry_file, external)
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ their scheduled times through the fault file every service watches.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -45,6 +46,8 @@ class LiveReport:
 
     sent: int = 0
     by_status: Counter[int] = field(default_factory=Counter)
+    failed_streams: int = 0
+    """Streams answered 200 whose run then failed: the error came as an event in the stream."""
     research_trace_id: str | None = None
     """The first research request answered before any fault was on (all five services in it)."""
     fault_changes: list[dict[str, Any]] = field(default_factory=list)
@@ -55,6 +58,7 @@ class LiveReport:
         return {
             "sent": self.sent,
             "by_status": {str(k): v for k, v in sorted(self.by_status.items())},
+            "failed_streams": self.failed_streams,
             "research_trace_id": self.research_trace_id,
             "fault_changes": self.fault_changes,
         }
@@ -63,6 +67,17 @@ class LiveReport:
 def _prompt(n: int) -> str:
     a, b = 30 + n % 20, 10 + n % 15
     return f"Research the AI chip market and add the market shares of the top two vendors: {a} and {b}."
+
+
+def _is_error_event(line: str) -> bool:
+    """Whether a server-sent event line carries an OpenAI-style error body."""
+    if not line.startswith("data: {"):
+        return False
+    try:
+        event = json.loads(line[len("data: ") :])
+    except ValueError:
+        return False
+    return isinstance(event, dict) and "error" in event
 
 
 class _Sender:
@@ -82,13 +97,12 @@ class _Sender:
         user = n % _USERS
         headers = {USER_ID_HEADER: f"demo-user-{user}", SESSION_ID_HEADER: self._sessions[user]}
         body: dict[str, Any] = {"model": "coordinator", "messages": [{"role": "user", "content": _prompt(n)}]}
-        status, trace_id = 0, None
+        status, trace_id, stream_failed = 0, None, False
         try:
             if n % _STREAM_EVERY == _STREAM_EVERY - 1:
                 body["stream"] = True
                 with self._client.stream("POST", self._url, json=body, headers=headers) as response:
-                    for _ in response.iter_lines():
-                        pass
+                    stream_failed = any(_is_error_event(line) for line in response.iter_lines())
                     status, trace_id = response.status_code, response.headers.get(TRACE_ID_HEADER)
             else:
                 response = self._client.post(self._url, json=body, headers=headers)
@@ -97,7 +111,9 @@ class _Sender:
             status = 0  # no answer (counted as status 0)
         with self._lock:
             self._report.by_status[status] += 1
-            if status == 200 and not faults_on and self._report.research_trace_id is None:
+            answered = status == 200 and not stream_failed
+            self._report.failed_streams += status == 200 and stream_failed
+            if answered and not faults_on and self._report.research_trace_id is None:
                 self._report.research_trace_id = trace_id
 
 

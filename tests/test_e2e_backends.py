@@ -344,7 +344,9 @@ def test_headline_numbers_count_each_user_request_once(run: Run) -> None:
     failed = _values(_instant(run.prometheus, f'sum({requests}{{{origin}="user", {outcome}="error"}})'))
     every_run = _values(_instant(run.prometheus, f"sum({requests})"))
     live = run.summary["live"]
+    # a failed run is an HTTP error, or an error event in a stream that was already answered 200
     http_errors = sum(n for status, n in live["by_status"].items() if status != "200")
+    http_errors += live["failed_streams"]
     run.figures["user_requests"] = {"sent": live["sent"], "prometheus": user, "all_runs": every_run}
     run.figures["user_errors"] = {"http": http_errors, "prometheus": failed}
     print(f"\ne2e headline: {json.dumps(run.figures)}")

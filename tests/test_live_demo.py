@@ -60,6 +60,7 @@ def test_live_demo_with_long_term_memory_leaves_no_span_detached(tmp_path: Path)
     summary = json.loads(done.stdout)
     live = summary["live"]
     assert live["sent"] >= 15 and live["by_status"].get("200", 0) == live["sent"]  # memory degrades only
+    assert live["failed_streams"] == 0
     assert [c["active"] for c in live["fault_changes"]] == [["memory-errors"], []]
 
     telemetry = load_otlp_json(tmp_path / "telemetry.otlp.jsonl")
