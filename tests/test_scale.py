@@ -324,6 +324,21 @@ def wait_for(predicate: Callable[[], bool], what: str, logs: list[Path], poll_s:
     return time.time()
 
 
+def wait_for_gateways_to_settle(gateways: list[Gateway], logs: list[Path]) -> None:
+    """Until no gateway holds a trace awaiting its decision and the sinks stopped growing."""
+    last_counts: list[int] = []
+
+    def settled() -> bool:
+        nonlocal last_counts
+        counts = [len(g.sink.spans()) for g in gateways]
+        pending = [scrape(g.telemetry_url).get(TRACES_ON_MEMORY) for g in gateways]
+        idle = all(p is not None and sum(v for _, v in p) == 0 for p in pending)
+        stable, last_counts = counts == last_counts, counts
+        return idle and stable
+
+    wait_for(settled, "every gateway to decide and export what it holds", logs, poll_s=1.5)
+
+
 # --------------------------------------------------------------------------- ground truth
 
 
@@ -521,17 +536,7 @@ def scale_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScaleRun]:
         wait_for(queues_empty, "the agent tiers' queues to the gateways to drain", logs)
         # Done when no gateway holds a trace awaiting its decision and the sinks stopped growing
         # (decided traces leave the tail sampler's memory: the decision caches remember them).
-        last_counts: list[int] = []
-
-        def settled() -> bool:
-            nonlocal last_counts
-            counts = [len(g.sink.spans()) for g in gateways]
-            pending = [scrape(g.telemetry_url).get(TRACES_ON_MEMORY) for g in gateways]
-            idle = all(p is not None and sum(v for _, v in p) == 0 for p in pending)
-            stable, last_counts = counts == last_counts, counts
-            return idle and stable
-
-        wait_for(settled, "every gateway to decide and export what it holds", logs, poll_s=1.5)
+        wait_for_gateways_to_settle(gateways, logs)
         delivered = {g.name: by_trace(g.sink.spans()) for g in gateways}
         run = ScaleRun(
             phase_a=phase_a,
@@ -770,17 +775,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
             return total(telemetry, "otelcol_exporter_queue_size") == 0
 
         wait_for(lambda: bool(tap_spans()) and queues_empty(), "the agent tier to forward everything", logs)
-        last_counts: list[int] = []
-
-        def settled() -> bool:
-            nonlocal last_counts
-            counts = [len(g.sink.spans()) for g in gateways]
-            pending = [scrape(g.telemetry_url).get(TRACES_ON_MEMORY) for g in gateways]
-            idle = all(p is not None and sum(v for _, v in p) == 0 for p in pending)
-            stable, last_counts = counts == last_counts, counts
-            return idle and stable
-
-        wait_for(settled, "every gateway to decide and export what it holds", logs, poll_s=1.5)
+        wait_for_gateways_to_settle(gateways, logs)
         counted = sum(
             total(g.prometheus_url, "traces_span_metrics_calls_total", span_name=COORDINATOR_SPAN)
             for g in gateways

@@ -42,6 +42,7 @@ from kaos_otel.exporters.pipeline import exporting, on_export_thread
 
 T = TypeVar("T")
 
+
 def _suppress_instrumentation() -> AbstractContextManager[object]:
     """Keep instrumentations (requests, urllib3, grpc...) from tracing the exporter's own calls.
 
@@ -248,12 +249,10 @@ def _call(reference: weakref.WeakMethod[Callable[[], None]]) -> None:
         method()
 
 
-class SpanBatchProcessor(SpanProcessor):
-    """Queues sampled spans as they end and exports them in batches off the request's thread."""
+class _QueuedProcessor(Generic[T]):
+    """What the span and log processors share: one :class:`BatchQueue` and what it tells."""
 
-    def __init__(self, exporter: SpanExporter, health: TelemetryHealth, settings: BatchSettings) -> None:
-        self._exporter = exporter
-        self._queue: BatchQueue[ReadableSpan] = BatchQueue("traces", exporter.export, health, settings)
+    _queue: BatchQueue[T]
 
     @property
     def settings(self) -> BatchSettings:
@@ -270,6 +269,18 @@ class SpanBatchProcessor(SpanProcessor):
         """What this processor exports."""
         return self._queue.signal
 
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Export every queued item."""
+        return self._queue.force_flush(timeout_millis / 1000)
+
+
+class SpanBatchProcessor(_QueuedProcessor[ReadableSpan], SpanProcessor):
+    """Queues sampled spans as they end and exports them in batches off the request's thread."""
+
+    def __init__(self, exporter: SpanExporter, health: TelemetryHealth, settings: BatchSettings) -> None:
+        self._exporter = exporter
+        self._queue: BatchQueue[ReadableSpan] = BatchQueue("traces", exporter.export, health, settings)
+
     @property
     def exporter(self) -> SpanExporter:
         """Where batches go."""
@@ -284,10 +295,6 @@ class SpanBatchProcessor(SpanProcessor):
         if context is not None and context.trace_flags.sampled:
             self._queue.put(span)
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Export every queued span."""
-        return self._queue.force_flush(timeout_millis / 1000)
-
     def shutdown(self, timeout_millis: int = 30000) -> None:
         """Export what is queued, then shut the exporter down."""
         if self._queue.shutdown(timeout_millis / 1000):
@@ -298,7 +305,7 @@ class SpanBatchProcessor(SpanProcessor):
         self._queue.abandon(self._exporter)
 
 
-class LogBatchProcessor(LogRecordProcessor):
+class LogBatchProcessor(_QueuedProcessor[ReadWriteLogRecord], LogRecordProcessor):
     """Cleans each log record (content policy) and exports them in batches off the request's thread."""
 
     def __init__(
@@ -316,21 +323,6 @@ class LogBatchProcessor(LogRecordProcessor):
             health,
             settings,
         )
-
-    @property
-    def settings(self) -> BatchSettings:
-        """The queue and batch sizes and the schedule delay in use."""
-        return self._queue.settings
-
-    @property
-    def queued(self) -> int:
-        """Items waiting for export."""
-        return len(self._queue)
-
-    @property
-    def signal(self) -> Signal:
-        """What this processor exports."""
-        return self._queue.signal
 
     @property
     def exporter(self) -> LogRecordExporter:
@@ -351,10 +343,6 @@ class LogBatchProcessor(LogRecordProcessor):
         if isinstance(record.body, str):
             record.body = self._policy.bound_size(record.body)
         self._queue.put(log_record)
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Export every queued record."""
-        return self._queue.force_flush(timeout_millis / 1000)
 
     def shutdown(self) -> None:
         """Export what is queued, then shut the exporter down."""
