@@ -541,8 +541,9 @@ class OtlpReceiver:
         server.start()
         self._grpc_server = server
         self._http_server = http_server
+        # a short poll interval: stop() waits up to one interval for the serving loop to notice
         self._http_thread = threading.Thread(
-            target=self._http_server.serve_forever, name="otlp-http", daemon=True
+            target=http_server.serve_forever, kwargs={"poll_interval": 0.05}, name="otlp-http", daemon=True
         )
         self._http_thread.start()
         return self
