@@ -461,11 +461,14 @@ class _HttpHandler(BaseHTTPRequestHandler):
             self._reply(HTTPStatus.OK, response_cls().SerializeToString(), "application/x-protobuf")
 
     def _reply(self, status: HTTPStatus, payload: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the exporter gave up waiting (its timeout) and closed the connection
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence per-request logging."""
