@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from kaos_otel import AgentTelemetry, ContentPolicy, TelemetrySettings, default_redactor
-from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds, metric_views
+from kaos_otel._metrics import METER_NAME, CatalogMeterProvider, KaosMetrics, LabelBounds, metric_views
 from kaos_otel.exporters import TelemetryHealth
 
 Runner = Callable[[int], object]
@@ -179,7 +179,7 @@ class NullPipeline:
 
     telemetry: AgentTelemetry
     tracer_provider: TracerProvider
-    meter_provider: MeterProvider
+    meter_provider: CatalogMeterProvider
     exporter: NullSpanExporter
 
     def shutdown(self) -> None:
@@ -198,11 +198,13 @@ def null_pipeline(service: str = "bench") -> NullPipeline:
     )
     exporter = NullSpanExporter()
     tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
-    meter_provider = MeterProvider(
-        metric_readers=[InMemoryMetricReader()],
-        resource=resource,
-        views=metric_views(),
-        shutdown_on_exit=False,
+    meter_provider = CatalogMeterProvider(
+        MeterProvider(
+            metric_readers=[InMemoryMetricReader()],
+            resource=resource,
+            views=metric_views(drop_unlisted=False),
+            shutdown_on_exit=False,
+        )
     )
     metrics = KaosMetrics(meter_provider.get_meter(METER_NAME), LabelBounds(), TelemetryHealth())
     policy = ContentPolicy(settings.capture_content, default_redactor, limit)

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from bench._harness import Comparison, NullSpanExporter, Runner, interleaved, null_pipeline
 from kaos_otel import KaosOtelManager, Outcome, catalog
-from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds, metric_views
+from kaos_otel._metrics import METER_NAME, CatalogMeterProvider, KaosMetrics, LabelBounds, metric_views
 
 ATTRIBUTES: dict[str, Any] = {"app.route": "/chat", "app.attempt": 1}
 """Two attributes on every measured span (as in the peer figures of the reference notes)."""
@@ -249,10 +249,12 @@ def metric_costs(config: MicroConfig) -> Comparison:
     """One kaos metric record vs the raw SDK counter / histogram record with the same labels.
 
     Each side records into its own MeterProvider with one in-memory reader: kaos-otel's with the
-    catalog Views (as the manager installs them), the raw SDK's with the SDK defaults, under the
-    same instrument names and label sets.
+    catalog Views behind a ``CatalogMeterProvider`` (as the manager builds it), the raw SDK's
+    with the SDK defaults, under the same instrument names and label sets.
     """
-    provider = MeterProvider(metric_readers=[InMemoryMetricReader()], views=metric_views())
+    provider = CatalogMeterProvider(
+        MeterProvider(metric_readers=[InMemoryMetricReader()], views=metric_views(drop_unlisted=False))
+    )
     raw_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     kaos = KaosMetrics(provider.get_meter(METER_NAME), LabelBounds())
     raw_meter = raw_provider.get_meter("raw-sdk")

@@ -9,7 +9,7 @@ from kaos_otel._config import ContentCapture, OtlpProtocol, TelemetrySettings, T
 from kaos_otel._content import ContentPolicy, default_redactor
 from kaos_otel._logs import console_handler
 from kaos_otel._manager import KaosOtelManager, configure
-from kaos_otel._metrics import KaosMetrics, LabelBounds, metric_views
+from kaos_otel._metrics import CatalogMeterProvider, KaosMetrics, LabelBounds, metric_views
 from kaos_otel._pipeline import ExportPipeline
 from kaos_otel._spans import SpanHandle, SpanScope
 from kaos_otel._telemetry import AgentRun, AgentTelemetry, MemoryOperation, ModelCall
@@ -27,6 +27,7 @@ __all__ = [
     "AgentRun",
     "AgentTelemetry",
     "BatchSettings",
+    "CatalogMeterProvider",
     "ContentCapture",
     "ContentPolicy",
     "ExportPipeline",

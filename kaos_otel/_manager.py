@@ -94,7 +94,8 @@ class KaosOtelManager(AgentTelemetry):
 
     @property
     def meter_provider(self) -> Any:
-        """The meter provider metrics go to (the host's if it installed one)."""
+        """The meter provider metrics go to: a :class:`CatalogMeterProvider` this manager built,
+        or the host's if it installed one."""
         return self.pipeline.meter_provider
 
     @property

@@ -28,7 +28,7 @@ from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy
 from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._logs import KaosLoggingHandler
-from kaos_otel._metrics import metric_views
+from kaos_otel._metrics import CatalogMeterProvider, metric_views
 from kaos_otel.exporters import (
     BatchSettings,
     LogBatchProcessor,
@@ -183,7 +183,9 @@ class ExportPipeline:
 
     def _meter_provider(self, resource: Resource, global_providers: bool) -> metrics.MeterProvider:
         current = metrics.get_meter_provider()
-        if global_providers and isinstance(current, MeterProvider | metrics.NoOpMeterProvider):
+        if global_providers and isinstance(
+            current, MeterProvider | CatalogMeterProvider | metrics.NoOpMeterProvider
+        ):
             return current
         settings = self.settings
         readers: list[MetricReader] = []
@@ -201,10 +203,14 @@ class ExportPipeline:
                     ConsoleMetricExporter(), export_interval_millis=settings.metric_export_interval_ms
                 )
             )
-        provider = MeterProvider(
-            metric_readers=readers, resource=resource, views=metric_views(), shutdown_on_exit=False
+        sdk_provider = MeterProvider(
+            metric_readers=readers,
+            resource=resource,
+            views=metric_views(drop_unlisted=False),
+            shutdown_on_exit=False,
         )
-        self._owned.append(provider)
+        self._owned.append(sdk_provider)
+        provider = CatalogMeterProvider(sdk_provider)
         if global_providers:
             metrics.set_meter_provider(provider)
         return provider
