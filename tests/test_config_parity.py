@@ -7,20 +7,32 @@ Each case sets one group of variables the SDK or the OTLP exporters honour, then
 records one span and one counter on each, and compares what real receivers got: which server and
 URL path, the request headers and compression, the resource, span names and attribute values
 (limits), how many spans per request (batch size), and whether anything arrived (sampler,
-``OTEL_SDK_DISABLED``).
+``OTEL_SDK_DISABLED``). Over HTTPS (a test CA and certificates made here), the certificate and
+client certificate variables decide alike what is delivered and what the server refuses.
 """
 
 from __future__ import annotations
 
+import datetime
 import gzip
+import ipaddress
+import ssl
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
@@ -53,16 +65,36 @@ class Request:
 
 
 class RecordingServer(ThreadingHTTPServer):
-    """An OTLP/HTTP endpoint that records every request (path, headers, decoded payload)."""
+    """An OTLP/HTTP endpoint that records every request (path, headers, decoded payload).
 
-    def __init__(self) -> None:
+    Given a TLS context it serves HTTPS and counts the connections whose handshake failed
+    (a client that does not trust the server's certificate).
+    """
+
+    daemon_threads = True
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[Request] = []
+        self.failed_handshakes = 0
         self.lock = threading.Lock()
+        self.scheme = "http"
+        if tls is not None:
+            # the handshake runs on the connection's own thread, at its first read
+            self.socket = tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+            self.scheme = "https"
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server_address[1]}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Count a refused TLS handshake; anything else is a bug of the test and shows."""
+        if isinstance(sys.exc_info()[1], ssl.SSLError):
+            with self.lock:
+                self.failed_handshakes += 1
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -112,16 +144,24 @@ def _kv(attributes: Any) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(pair for pair in pairs if pair[0] != "service.instance.id"))
 
 
+@contextmanager
+def serving(tls: ssl.SSLContext | None = None) -> Iterator[tuple[RecordingServer, RecordingServer]]:
+    """Two recording servers: one for the kaos-otel manager, one for the plain SDK."""
+    pair = (RecordingServer(tls), RecordingServer(tls))
+    for server in pair:
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield pair
+    finally:
+        for server in pair:
+            server.shutdown()
+            server.server_close()
+
+
 @pytest.fixture
 def servers() -> Iterator[tuple[RecordingServer, RecordingServer]]:
-    """Two recording servers: one for the kaos-otel manager, one for the plain SDK."""
-    pair = (RecordingServer(), RecordingServer())
-    for server in pair:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield pair
-    for server in pair:
-        server.shutdown()
-        server.server_close()
+    with serving() as pair:
+        yield pair
 
 
 Env = Callable[[str], Mapping[str, str]]
@@ -258,15 +298,15 @@ def _received(server: RecordingServer) -> list[Request]:
     return sorted(requests, key=lambda r: (r.path, len(r.spans), r.metric_names))
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_manager_and_plain_sdk_export_alike(
-    case: str, servers: tuple[RecordingServer, RecordingServer], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ours, theirs = servers
-    for name, value in CASES[case](ours.endpoint).items():
+def _export_both(
+    environ: Env, ours: RecordingServer, theirs: RecordingServer, monkeypatch: pytest.MonkeyPatch
+) -> KaosOtelManager:
+    """Build the manager, then the plain SDK, each from the environment naming its own server,
+    record the same telemetry on both and flush; returns the (shut down) manager."""
+    for name, value in environ(ours.endpoint).items():
         monkeypatch.setenv(name, value)
     manager = KaosOtelManager(global_providers=False, bridge_logging=False)
-    for name, value in CASES[case](theirs.endpoint).items():
+    for name, value in environ(theirs.endpoint).items():
         monkeypatch.setenv(name, value)
     tracer_provider, meter_provider = _plain_sdk()
     try:
@@ -280,12 +320,184 @@ def test_manager_and_plain_sdk_export_alike(
         manager.shutdown(5)
         tracer_provider.shutdown()
         meter_provider.shutdown()
+    return manager
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_manager_and_plain_sdk_export_alike(
+    case: str, servers: tuple[RecordingServer, RecordingServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours, theirs = servers
+    _export_both(CASES[case], ours, theirs, monkeypatch)
     plain = _received(theirs)
     assert _received(ours) == plain
     if case in ("sdk disabled", "sampler always_off", "sampler ratio 0"):
         assert not any(request.spans for request in plain), plain
     else:
         assert sum(len(request.spans) for request in plain) == SPANS, plain
+
+
+@dataclass(frozen=True)
+class Tls:
+    """PEM files of a test CA, a server certificate for 127.0.0.1 and a client certificate it
+    signed, and of a second CA that signed neither."""
+
+    ca: Path
+    server_certificate: Path
+    server_key: Path
+    client_certificate: Path
+    client_key: Path
+    other_ca: Path
+
+    def server_context(self, *, client_certificates: bool = False) -> ssl.SSLContext:
+        """The HTTPS server's context; ``client_certificates``: require one signed by the CA."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.server_certificate, self.server_key)
+        if client_certificates:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(self.ca)
+        return context
+
+
+def _certificate(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None = None,
+    *,
+    server: bool = False,
+) -> x509.Certificate:
+    """A certificate for ``key``: a self-signed CA without ``issuer``, else a leaf it signs."""
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    issuer_name, issuer_key = issuer or (name, key)
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
+    )
+    if issuer is None:
+        builder = builder.add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+        )
+    else:
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False
+        )
+    if server:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+        )
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, written as PEM files."""
+    directory = tmp_path_factory.mktemp("tls")
+
+    def write(name: str, certificate: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> tuple[Path, Path]:
+        certificate_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+        certificate_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+        key_path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        return certificate_path, key_path
+
+    ca_key, other_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = _certificate("kaos-otel test CA", ca_key)
+    issuer = (ca.subject, ca_key)
+    server_key, client_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_path, _ = write("ca", ca, ca_key)
+    other_ca_path, _ = write("other-ca", _certificate("another CA", other_key), other_key)
+    server_paths = write("server", _certificate("127.0.0.1", server_key, issuer, server=True), server_key)
+    client_paths = write("client", _certificate("kaos-otel client", client_key, issuer), client_key)
+    return Tls(ca_path, *server_paths, *client_paths, other_ca_path)
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``condition`` until it holds or ``timeout_s`` passed."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+TlsEnv = Callable[[Tls], Mapping[str, str]]
+FAIL_FAST = {"OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+"""Cases where some signal cannot be delivered: its exporter gives up after a second."""
+TLS_CASES: dict[str, tuple[TlsEnv, tuple[str, ...]]] = {
+    "certificate": (lambda tls: {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.ca)}, ("metrics", "traces")),
+    "per-signal certificate": (
+        lambda tls: {
+            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": str(tls.ca),
+            "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE": str(tls.ca),
+        },
+        ("metrics", "traces"),
+    ),
+    "per-signal certificate over the base": (
+        lambda tls: {
+            **FAIL_FAST,
+            "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.other_ca),
+            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": str(tls.ca),
+        },
+        ("traces",),
+    ),
+    "no certificate": (lambda tls: FAIL_FAST, ()),
+    "certificate of another CA": (
+        lambda tls: {**FAIL_FAST, "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.other_ca)},
+        (),
+    ),
+    "client certificate": (
+        lambda tls: {
+            "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.ca),
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": str(tls.client_certificate),
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY": str(tls.client_key),
+        },
+        ("metrics", "traces"),
+    ),
+    "client certificate missing": (
+        lambda tls: {**FAIL_FAST, "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.ca)},
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TLS_CASES))
+def test_https_endpoint_and_certificates(case: str, tls: Tls, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over HTTPS the certificate variables decide, for both setups alike, what is delivered; what
+    is not is refused at the TLS handshake, and the manager does not raise into the caller."""
+    tls_environ, delivered = TLS_CASES[case]
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        # requests lets these beat a session's own CA file, the one the SDK sets from
+        # OTEL_EXPORTER_OTLP_*CERTIFICATE (psf/requests#4726): with them, neither setup trusts the CA
+        monkeypatch.delenv(name, raising=False)
+    context = tls.server_context(client_certificates=case.startswith("client certificate"))
+    with serving(context) as (ours, theirs):
+        manager = _export_both(
+            lambda url: {**HTTP, "OTEL_EXPORTER_OTLP_ENDPOINT": url, **tls_environ(tls)},
+            ours,
+            theirs,
+            monkeypatch,
+        )
+        plain = _received(theirs)
+        assert _received(ours) == plain
+        assert sorted({request.path.rsplit("/", 1)[-1] for request in plain}) == list(delivered), plain
+        if "traces" in delivered:
+            assert sum(len(request.spans) for request in plain) == SPANS, plain
+        if len(delivered) < 2:  # both setups tried, and the server refused the handshake
+            assert _wait_until(lambda: ours.failed_handshakes > 0 and theirs.failed_handshakes > 0, 10)
+            assert manager.health.dropped() > 0
 
 
 @pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE"])
