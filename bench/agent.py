@@ -18,9 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from bench._harness import percentile
 from bench._servers import ServerProcess
+from bench.raw_sdk import RawSdkAgentTelemetry
 from kaos_otel import AgentTelemetry, KaosOtelManager
 
 AGENT = "bench-agent"
@@ -84,6 +92,80 @@ class SimulatedAgent:
             return "step budget used up"
 
 
+class RawSdkAgent:
+    """:class:`SimulatedAgent`'s loop with the same spans and metric points on the raw SDK."""
+
+    def __init__(self, telemetry: RawSdkAgentTelemetry, client: httpx.AsyncClient, model_port: int) -> None:
+        self._otel = telemetry
+        self._client = client
+        self._port = model_port
+        self._url = f"http://127.0.0.1:{model_port}/v1/chat/completions"
+
+    async def handle(self, task: str, conversation_id: str) -> str:
+        """Run one request to its final answer."""
+        otel = self._otel
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a helpful agent."},
+            {"role": "user", "content": task},
+        ]
+        with otel.invoke_agent(conversation_id, max_steps=5) as run:
+            for step in range(1, 6):
+                run.steps = step
+                with otel.agent_step(step):
+                    with otel.model_call(MODEL, "127.0.0.1", self._port) as call:
+                        response = await self._client.post(
+                            self._url, json={"model": MODEL, "messages": messages}
+                        )
+                        response.raise_for_status()
+                        body = response.json()
+                        choice = body["choices"][0]
+                        usage = body["usage"]
+                        call.record_usage(
+                            usage["prompt_tokens"],
+                            usage["completion_tokens"],
+                            body["model"],
+                            choice["finish_reason"],
+                        )
+                    message = choice["message"]
+                    messages.append(message)
+                    if not message.get("tool_calls"):
+                        otel.record_window_tokens(usage["total_tokens"])
+                        return str(message["content"])
+                    for tool_call in message["tool_calls"]:
+                        name = tool_call["function"]["name"]
+                        arguments = json.loads(tool_call["function"]["arguments"])
+                        with otel.tool_call(name, tool_call["id"]):
+                            result = TOOLS[name](**arguments)
+                        messages.append(
+                            {"role": "tool", "tool_call_id": tool_call["id"], "content": str(result)}
+                        )
+            return "step budget used up"
+
+
+class RawSdkPipeline:
+    """The raw SDK exporting over OTLP/gRPC, as a plain SDK setup would: batch spans, periodic metrics."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.tracer_provider = TracerProvider(resource=Resource.create({SERVICE_NAME: AGENT}))
+        self.tracer_provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True))
+        )
+        self.meter_provider = MeterProvider(
+            metric_readers=[
+                PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=endpoint, insecure=True))
+            ],
+            resource=Resource.create({SERVICE_NAME: AGENT}),
+        )
+        self.telemetry = RawSdkAgentTelemetry(
+            self.tracer_provider.get_tracer("raw-sdk"), self.meter_provider.get_meter("raw-sdk"), AGENT
+        )
+
+    def shutdown(self) -> None:
+        """Flush and stop both providers."""
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
 @dataclass
 class LatencySamples:
     """Request latencies (wall ms) and request-thread CPU times (ms) per mode."""
@@ -122,15 +204,15 @@ async def timed(samples: LatencySamples, mode: str, request: Awaitable[object]) 
 
 
 async def alternate(requests: Mapping[str, Request], pairs: int, warmup: int = 3) -> LatencySamples:
-    """Time requests of each mode in alternation (ABBA order), ``pairs`` per mode."""
+    """Time requests of each mode in rotation (ABBA order for two), ``pairs`` per mode."""
     samples = LatencySamples()
     names = list(requests)
     for i in range(warmup):
         for name in names:
             await requests[name](i)
     for i in range(pairs):
-        order = names if i % 2 == 0 else names[::-1]
-        for name in order:
+        shift = i % len(names)  # rotate (ABBA for two modes): no mode always runs after another
+        for name in names[shift:] + names[:shift]:
             await timed(samples, name, requests[name](i))
     return samples
 
@@ -148,22 +230,25 @@ def telemetry_disabled() -> KaosOtelManager:
 
 
 def agent_overhead(pairs: int, model_latency_s: float) -> dict[str, Any]:
-    """Agent request latency with telemetry on (exporting to a receiver process) vs disabled."""
+    """Agent request latency with telemetry on, with the raw SDK recording the same (both
+    exporting to a receiver process), and with telemetry disabled."""
     with (
         ServerProcess("model", "--latency", str(model_latency_s)) as model,
         ServerProcess("receiver") as receiver,
     ):
         on = telemetry_on(receiver.endpoint)
         off = telemetry_disabled()
+        raw = RawSdkPipeline(receiver.endpoint)
 
         async def run() -> LatencySamples:
             async with httpx.AsyncClient(timeout=30) as client:
-                agents = {
+                agents: dict[str, SimulatedAgent | RawSdkAgent] = {
                     "on": SimulatedAgent(on, client, model.port),
                     "off": SimulatedAgent(off, client, model.port),
+                    "raw_sdk": RawSdkAgent(raw.telemetry, client, model.port),
                 }
 
-                def request(agent: SimulatedAgent) -> Request:
+                def request(agent: SimulatedAgent | RawSdkAgent) -> Request:
                     return lambda i: agent.handle(f"What is 2 + 3? ({i})", f"conv-{i}")
 
                 return await alternate({name: request(agent) for name, agent in agents.items()}, pairs)
@@ -171,18 +256,23 @@ def agent_overhead(pairs: int, model_latency_s: float) -> dict[str, Any]:
         try:
             samples = asyncio.run(run())
             on.force_flush(timeout=10)
-            exported = receiver.span_count()
+            raw.tracer_provider.force_flush(10_000)
+            exported = receiver.span_count()  # both exporting modes'
         finally:
             on.shutdown(timeout=5)
-    on_stats, off_stats = samples.stats("on"), samples.stats("off")
+            raw.shutdown()
+    on_stats, off_stats, raw_stats = samples.stats("on"), samples.stats("off"), samples.stats("raw_sdk")
     return {
         "agent": "simulated (domain helpers over HTTP to a scripted model process)",
         "model_latency_ms": model_latency_s * 1000,
         "on": on_stats,
         "off": off_stats,
+        "raw_sdk": raw_stats,
         "ratio": on_stats["p50_ms"] / off_stats["p50_ms"],
+        "raw_sdk_ratio": raw_stats["p50_ms"] / off_stats["p50_ms"],
         "added_ms_p50": round(on_stats["p50_ms"] - off_stats["p50_ms"], 3),
         "cpu_added_ms": round(on_stats["cpu_ms"] - off_stats["cpu_ms"], 3),
+        "raw_sdk_cpu_added_ms": round(raw_stats["cpu_ms"] - off_stats["cpu_ms"], 3),
         "spans_exported": exported,
         "dropped": on.health.dropped(),
     }

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from bench._harness import Comparison, NullSpanExporter, Runner, interleaved, null_pipeline
+from bench.raw_sdk import RawSdkAgentTelemetry
 from kaos_otel import KaosOtelManager, Outcome, catalog
 from kaos_otel._metrics import METER_NAME, CatalogMeterProvider, KaosMetrics, LabelBounds, metric_views
 
@@ -326,30 +326,12 @@ def agent_telemetry_costs(config: MicroConfig) -> Comparison:
     attributes, nesting) with ``start_as_current_span`` and records the same points on raw SDK
     instruments with the same label sets, on the same providers; no I/O on either side.
     """
-    from opentelemetry.trace import SpanKind
-
     pipeline = null_pipeline()
     manager, provider = pipeline.telemetry, pipeline.tracer_provider
-    raw = provider.get_tracer("raw-sdk")
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    meter = meter_provider.get_meter("raw-sdk")
-    spec = catalog.METRICS_BY_NAME
-
-    def counter(name: str) -> Any:
-        return meter.create_counter(name, unit=spec[name].unit)
-
-    def histogram(name: str) -> Any:
-        return meter.create_histogram(name, unit=spec[name].unit)
-
-    requests, request_duration = counter(catalog.KAOS_REQUESTS), histogram(catalog.KAOS_REQUEST_DURATION)
-    request_steps = histogram(catalog.KAOS_REQUEST_STEPS)
-    model_calls, model_duration = counter(catalog.KAOS_MODEL_CALLS), histogram(catalog.KAOS_MODEL_DURATION)
-    operation_duration = histogram(catalog.GEN_AI_CLIENT_OPERATION_DURATION)
-    token_usage = histogram(catalog.GEN_AI_CLIENT_TOKEN_USAGE)
-    tool_calls, tool_duration = counter(catalog.KAOS_TOOL_CALLS), histogram(catalog.KAOS_TOOL_DURATION)
-    window_tokens = histogram(catalog.KAOS_MEMORY_WINDOW_TOKENS)
     agent, model = "bench-agent", "scripted"
     manager.register_known_names(agent, tools=["add", "lookup"], models=[model])
+    raw = RawSdkAgentTelemetry(provider.get_tracer("raw-sdk"), meter_provider.get_meter("raw-sdk"), agent)
 
     def kaos_request(n: int) -> None:
         for i in range(n):
@@ -369,86 +351,16 @@ def agent_telemetry_costs(config: MicroConfig) -> Comparison:
 
     def raw_request(n: int) -> None:
         for i in range(n):
-            start = time.perf_counter()
-            with raw.start_as_current_span(
-                f"invoke_agent {agent}",
-                attributes={
-                    catalog.GEN_AI_OPERATION_NAME: "invoke_agent",
-                    catalog.GEN_AI_AGENT_NAME: agent,
-                    catalog.GEN_AI_CONVERSATION_ID: "conv-1",
-                    catalog.KAOS_AGENT_MAX_STEPS: 5,
-                },
-            ) as run:
+            with raw.invoke_agent("conv-1", max_steps=5) as run:
                 for step in range(1, 4):
-                    with raw.start_as_current_span(
-                        catalog.SPAN_AGENT_STEP,
-                        attributes={catalog.GEN_AI_AGENT_NAME: agent, catalog.KAOS_AGENT_STEP: step},
-                    ):
-                        call_start = time.perf_counter()
-                        with raw.start_as_current_span(
-                            f"chat {model}",
-                            kind=SpanKind.CLIENT,
-                            attributes={
-                                catalog.GEN_AI_OPERATION_NAME: "chat",
-                                catalog.GEN_AI_PROVIDER_NAME: "openai",
-                                catalog.GEN_AI_REQUEST_MODEL: model,
-                                catalog.GEN_AI_AGENT_NAME: agent,
-                                catalog.SERVER_ADDRESS: "127.0.0.1",
-                                catalog.SERVER_PORT: 8000,
-                            },
-                        ) as call:
-                            call.set_attributes(
-                                {
-                                    catalog.GEN_AI_USAGE_INPUT_TOKENS: 40 + step,
-                                    catalog.GEN_AI_USAGE_OUTPUT_TOKENS: 12,
-                                    catalog.GEN_AI_RESPONSE_MODEL: model,
-                                    catalog.GEN_AI_RESPONSE_FINISH_REASONS: ("tool_calls",),
-                                }
-                            )
-                            call.set_attribute(catalog.KAOS_OUTCOME, "success")
-                            elapsed = time.perf_counter() - call_start
-                            labels = {
-                                catalog.GEN_AI_AGENT_NAME: agent,
-                                catalog.GEN_AI_REQUEST_MODEL: model,
-                                catalog.KAOS_OUTCOME: "success",
-                            }
-                            model_calls.add(1, labels)
-                            model_duration.record(elapsed, labels)
-                            gen_ai = {
-                                catalog.GEN_AI_OPERATION_NAME: "chat",
-                                catalog.GEN_AI_PROVIDER_NAME: "openai",
-                                catalog.GEN_AI_REQUEST_MODEL: model,
-                            }
-                            operation_duration.record(elapsed, gen_ai)
-                            token_usage.record(40 + step, {**gen_ai, catalog.GEN_AI_TOKEN_TYPE: "input"})
-                            token_usage.record(12, {**gen_ai, catalog.GEN_AI_TOKEN_TYPE: "output"})
+                    run.steps = step
+                    with raw.agent_step(step):
+                        with raw.model_call(model, "127.0.0.1", 8000) as call:
+                            call.record_usage(40 + step, 12, model, "tool_calls")
                         if step < 3:
-                            tool_start = time.perf_counter()
-                            with raw.start_as_current_span(
-                                "execute_tool add",
-                                attributes={
-                                    catalog.GEN_AI_OPERATION_NAME: "execute_tool",
-                                    catalog.GEN_AI_TOOL_NAME: "add",
-                                    catalog.GEN_AI_TOOL_TYPE: "function",
-                                    catalog.GEN_AI_TOOL_CALL_ID: f"call_{step}",
-                                    catalog.GEN_AI_AGENT_NAME: agent,
-                                },
-                            ) as tool:
-                                tool.set_attribute(catalog.KAOS_OUTCOME, "success")
-                                labels = {
-                                    catalog.GEN_AI_AGENT_NAME: agent,
-                                    catalog.GEN_AI_TOOL_NAME: "add",
-                                    catalog.KAOS_OUTCOME: "success",
-                                }
-                                tool_calls.add(1, labels)
-                                tool_duration.record(time.perf_counter() - tool_start, labels)
-                run.set_attribute(catalog.KAOS_AGENT_STEPS, 3)
-                run.set_attribute(catalog.KAOS_OUTCOME, "success")
-                labels = {catalog.GEN_AI_AGENT_NAME: agent, catalog.KAOS_OUTCOME: "success"}
-                requests.add(1, labels)
-                request_duration.record(time.perf_counter() - start, labels)
-                request_steps.record(3, labels)
-            window_tokens.record(160 + i % 7, {catalog.GEN_AI_AGENT_NAME: agent})
+                            with raw.tool_call("add", f"call_{step}"):
+                                pass
+            raw.record_window_tokens(160 + i % 7)
 
     try:
         return interleaved(

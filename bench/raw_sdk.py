@@ -1,0 +1,214 @@
+"""The telemetry kaos-otel records, written on the raw OpenTelemetry SDK: the benchmarks' floor.
+
+Each recorder creates the spans kaos-otel's domain helpers create (same names, kinds, attributes
+and nesting, with ``start_as_current_span``) and records the same metric points with the same
+label sets on plain SDK instruments, with none of kaos-otel's handles, label bounds or Views.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry.metrics import Meter
+from opentelemetry.trace import Span, SpanKind, Tracer
+
+from kaos_otel import MemoryScope, MemoryTier, catalog
+
+SUCCESS = "success"
+
+
+class RawSdkMemoryTelemetry:
+    """What a minimal Mem0 instrumentation written on the raw SDK records for one call."""
+
+    def __init__(self, tracer: Tracer, meter: Meter) -> None:
+        self._tracer = tracer
+        self._operations = meter.create_counter(catalog.KAOS_MEMORY_OPERATIONS)
+        self._duration = meter.create_histogram(catalog.KAOS_MEMORY_OPERATION_DURATION)
+
+    @contextmanager
+    def call(self, operation: str, scope: MemoryScope, user_id: str | None) -> Iterator[Span]:
+        """A CLIENT span with the instrumentor's attributes, then its two metric points."""
+        start = time.perf_counter()
+        attributes: dict[str, str] = {
+            catalog.GEN_AI_OPERATION_NAME: operation,
+            catalog.GEN_AI_MEMORY_STORE_ID: "mem0",
+            catalog.KAOS_MEMORY_TIER: MemoryTier.LONG_TERM.value,
+            catalog.KAOS_MEMORY_OPERATION: operation,
+            catalog.KAOS_MEMORY_SCOPE: scope.value,
+            catalog.KAOS_MEMORY_PROVIDER: "mem0",
+        }
+        if user_id is not None:
+            attributes[catalog.USER_ID] = user_id
+        span_context = self._tracer.start_as_current_span(
+            operation, kind=SpanKind.CLIENT, attributes=attributes
+        )
+        with span_context as span:
+            yield span
+            span.set_attribute(catalog.KAOS_OUTCOME, SUCCESS)
+            labels = {
+                catalog.KAOS_MEMORY_TIER: MemoryTier.LONG_TERM.value,
+                catalog.KAOS_MEMORY_OPERATION: operation,
+                catalog.KAOS_MEMORY_SCOPE: scope.value,
+                catalog.KAOS_OUTCOME: SUCCESS,
+            }
+            self._operations.add(1, labels)
+            self._duration.record(time.perf_counter() - start, labels)
+
+
+class RawSdkRun:
+    """The open ``invoke_agent`` span of :meth:`RawSdkAgentTelemetry.invoke_agent` and its step count."""
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.steps = 0
+
+
+class RawSdkModelCall:
+    """The open ``chat`` span of :meth:`RawSdkAgentTelemetry.model_call`."""
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+
+    def record_usage(
+        self, input_tokens: int, output_tokens: int, response_model: str, finish_reason: str
+    ) -> None:
+        """Token usage, response model and finish reason, as ``ModelCall.record_usage`` sets them."""
+        self.input_tokens, self.output_tokens = input_tokens, output_tokens
+        self.span.set_attributes(
+            {
+                catalog.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
+                catalog.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,
+                catalog.GEN_AI_RESPONSE_MODEL: response_model,
+                catalog.GEN_AI_RESPONSE_FINISH_REASONS: (finish_reason,),
+            }
+        )
+
+
+class RawSdkAgentTelemetry:
+    """An agent request's spans and metric points (run, steps, model and tool calls) on the raw SDK."""
+
+    def __init__(self, tracer: Tracer, meter: Meter, agent: str) -> None:
+        self._tracer = tracer
+        self._agent = agent
+        spec = catalog.METRICS_BY_NAME
+
+        def counter(name: str) -> Any:
+            return meter.create_counter(name, unit=spec[name].unit)
+
+        def histogram(name: str) -> Any:
+            return meter.create_histogram(name, unit=spec[name].unit)
+
+        self._requests = counter(catalog.KAOS_REQUESTS)
+        self._request_duration = histogram(catalog.KAOS_REQUEST_DURATION)
+        self._request_steps = histogram(catalog.KAOS_REQUEST_STEPS)
+        self._model_calls = counter(catalog.KAOS_MODEL_CALLS)
+        self._model_duration = histogram(catalog.KAOS_MODEL_DURATION)
+        self._operation_duration = histogram(catalog.GEN_AI_CLIENT_OPERATION_DURATION)
+        self._token_usage = histogram(catalog.GEN_AI_CLIENT_TOKEN_USAGE)
+        self._tool_calls = counter(catalog.KAOS_TOOL_CALLS)
+        self._tool_duration = histogram(catalog.KAOS_TOOL_DURATION)
+        self._window_tokens = histogram(catalog.KAOS_MEMORY_WINDOW_TOKENS)
+
+    @contextmanager
+    def invoke_agent(self, conversation_id: str, max_steps: int) -> Iterator[RawSdkRun]:
+        """The request's ``invoke_agent`` span, then the three request metric points."""
+        start = time.perf_counter()
+        span_context = self._tracer.start_as_current_span(
+            f"invoke_agent {self._agent}",
+            attributes={
+                catalog.GEN_AI_OPERATION_NAME: "invoke_agent",
+                catalog.GEN_AI_AGENT_NAME: self._agent,
+                catalog.GEN_AI_CONVERSATION_ID: conversation_id,
+                catalog.KAOS_AGENT_MAX_STEPS: max_steps,
+            },
+        )
+        with span_context as span:
+            run = RawSdkRun(span)
+            yield run
+            span.set_attribute(catalog.KAOS_AGENT_STEPS, run.steps)
+            span.set_attribute(catalog.KAOS_OUTCOME, SUCCESS)
+            labels = {catalog.GEN_AI_AGENT_NAME: self._agent, catalog.KAOS_OUTCOME: SUCCESS}
+            self._requests.add(1, labels)
+            self._request_duration.record(time.perf_counter() - start, labels)
+            self._request_steps.record(run.steps, labels)
+
+    @contextmanager
+    def agent_step(self, step: int) -> Iterator[Span]:
+        """One step of the loop."""
+        with self._tracer.start_as_current_span(
+            catalog.SPAN_AGENT_STEP,
+            attributes={catalog.GEN_AI_AGENT_NAME: self._agent, catalog.KAOS_AGENT_STEP: step},
+        ) as span:
+            yield span
+
+    @contextmanager
+    def model_call(self, model: str, server_address: str, server_port: int) -> Iterator[RawSdkModelCall]:
+        """A ``chat`` CLIENT span, then the five model-call metric points."""
+        start = time.perf_counter()
+        span_context = self._tracer.start_as_current_span(
+            f"chat {model}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                catalog.GEN_AI_OPERATION_NAME: "chat",
+                catalog.GEN_AI_PROVIDER_NAME: "openai",
+                catalog.GEN_AI_REQUEST_MODEL: model,
+                catalog.GEN_AI_AGENT_NAME: self._agent,
+                catalog.SERVER_ADDRESS: server_address,
+                catalog.SERVER_PORT: server_port,
+            },
+        )
+        with span_context as span:
+            call = RawSdkModelCall(span)
+            yield call
+            span.set_attribute(catalog.KAOS_OUTCOME, SUCCESS)
+            elapsed = time.perf_counter() - start
+            labels = {
+                catalog.GEN_AI_AGENT_NAME: self._agent,
+                catalog.GEN_AI_REQUEST_MODEL: model,
+                catalog.KAOS_OUTCOME: SUCCESS,
+            }
+            self._model_calls.add(1, labels)
+            self._model_duration.record(elapsed, labels)
+            gen_ai = {
+                catalog.GEN_AI_OPERATION_NAME: "chat",
+                catalog.GEN_AI_PROVIDER_NAME: "openai",
+                catalog.GEN_AI_REQUEST_MODEL: model,
+            }
+            self._operation_duration.record(elapsed, gen_ai)
+            for token_type, tokens in (("input", call.input_tokens), ("output", call.output_tokens)):
+                if tokens is not None:
+                    self._token_usage.record(tokens, {**gen_ai, catalog.GEN_AI_TOKEN_TYPE: token_type})
+
+    @contextmanager
+    def tool_call(self, tool: str, call_id: str) -> Iterator[Span]:
+        """An ``execute_tool`` span, then its two metric points."""
+        start = time.perf_counter()
+        span_context = self._tracer.start_as_current_span(
+            f"execute_tool {tool}",
+            attributes={
+                catalog.GEN_AI_OPERATION_NAME: "execute_tool",
+                catalog.GEN_AI_TOOL_NAME: tool,
+                catalog.GEN_AI_TOOL_TYPE: "function",
+                catalog.GEN_AI_TOOL_CALL_ID: call_id,
+                catalog.GEN_AI_AGENT_NAME: self._agent,
+            },
+        )
+        with span_context as span:
+            yield span
+            span.set_attribute(catalog.KAOS_OUTCOME, SUCCESS)
+            labels = {
+                catalog.GEN_AI_AGENT_NAME: self._agent,
+                catalog.GEN_AI_TOOL_NAME: tool,
+                catalog.KAOS_OUTCOME: SUCCESS,
+            }
+            self._tool_calls.add(1, labels)
+            self._tool_duration.record(time.perf_counter() - start, labels)
+
+    def record_window_tokens(self, tokens: int) -> None:
+        """The short-term window size after the request."""
+        self._window_tokens.record(tokens, {catalog.GEN_AI_AGENT_NAME: self._agent})
