@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+from kaos_otel import catalog
 from kaos_otel.receiver import OtlpReceiver
 
 
@@ -92,3 +93,34 @@ os._exit(0)
     )
     assert result.returncode == 0, result.stderr
     assert [span.name for span in otlp_receiver.spans()] == ["after-second-shutdown"]
+
+
+def test_other_libraries_get_a_no_op_meter_and_kaos_metrics_arrive_once(otlp_receiver: OtlpReceiver) -> None:
+    """The global meter provider is a ``CatalogMeterProvider``: another library's meter records
+    nothing, kaos-otel's instruments (on any manager sharing it) export each record once."""
+    result = run_python(
+        SHARED
+        + """
+from opentelemetry import metrics
+from opentelemetry.metrics import NoOpMeter
+from kaos_otel import CatalogMeterProvider, Outcome
+
+assert isinstance(metrics.get_meter_provider(), CatalogMeterProvider)
+assert second.meter_provider is first.meter_provider
+httpx_meter = metrics.get_meter("opentelemetry.instrumentation.httpx")
+assert isinstance(httpx_meter, NoOpMeter), type(httpx_meter)
+httpx_meter.create_counter("http.client.requests").add(1)
+first.record_compaction("agent", Outcome.SUCCESS)
+second.record_compaction("agent", Outcome.SUCCESS)
+assert second.force_flush(5) is True
+os._exit(0)
+""",
+        TEST_ENDPOINT=otlp_receiver.grpc_endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="600000",
+        OTEL_METRIC_EXPORT_INTERVAL="600000",
+    )
+    assert result.returncode == 0, result.stderr
+    points = otlp_receiver.metric_points()
+    assert "http.client.requests" not in {point.name for point in points}
+    compactions = [point.value for point in points if point.name == catalog.KAOS_MEMORY_COMPACTIONS]
+    assert compactions == [2]
