@@ -82,7 +82,8 @@ reference agent's process). Changes to the core, each with a test that fails wit
    provider is now a `CatalogMeterProvider`: kaos-otel's meters come from the SDK provider with
    the catalog Views and no drop View, any other library's meter is a no-op (so its instruments
    still never reach an export). Counter record 1.55x to 1.15x, the agent request's telemetry
-   1.34x to 1.17x. (`tests/test_composition.py::test_other_libraries_get_a_no_op_meter_and_kaos_metrics_arrive_once`)
+   1.34x to 1.17x.
+   (`test_composition.py::test_other_libraries_get_a_no_op_meter_and_kaos_metrics_arrive_once`)
 
 ## Where a target is missed, where the limit is
 
