@@ -28,8 +28,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from bench._harness import percentile
 from bench._servers import ServerProcess
-from bench.raw_sdk import RawSdkAgentTelemetry
-from kaos_otel import AgentTelemetry, KaosOtelManager
+from bench.raw_sdk import AgentLoopTelemetry, RawSdkAgentTelemetry
+from kaos_otel import KaosOtelManager
 
 AGENT = "bench-agent"
 MODEL = "scripted"
@@ -40,14 +40,13 @@ TOOLS: dict[str, Callable[..., object]] = {
 
 
 class SimulatedAgent:
-    """A tool-calling agent loop instrumented with the kaos-otel domain helpers."""
+    """A tool-calling agent loop instrumented with the domain helpers (or their raw-SDK equivalents)."""
 
-    def __init__(self, telemetry: AgentTelemetry, client: httpx.AsyncClient, model_port: int) -> None:
+    def __init__(self, telemetry: AgentLoopTelemetry, client: httpx.AsyncClient, model_port: int) -> None:
         self._otel = telemetry
         self._client = client
         self._port = model_port
         self._url = f"http://127.0.0.1:{model_port}/v1/chat/completions"
-        telemetry.register_known_names(AGENT, tools=TOOLS, models=[MODEL])
 
     async def handle(self, task: str, conversation_id: str) -> str:
         """Run one request to its final answer."""
@@ -92,58 +91,9 @@ class SimulatedAgent:
             return "step budget used up"
 
 
-class RawSdkAgent:
-    """:class:`SimulatedAgent`'s loop with the same spans and metric points on the raw SDK."""
-
-    def __init__(self, telemetry: RawSdkAgentTelemetry, client: httpx.AsyncClient, model_port: int) -> None:
-        self._otel = telemetry
-        self._client = client
-        self._port = model_port
-        self._url = f"http://127.0.0.1:{model_port}/v1/chat/completions"
-
-    async def handle(self, task: str, conversation_id: str) -> str:
-        """Run one request to its final answer."""
-        otel = self._otel
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": "You are a helpful agent."},
-            {"role": "user", "content": task},
-        ]
-        with otel.invoke_agent(conversation_id, max_steps=5) as run:
-            for step in range(1, 6):
-                run.steps = step
-                with otel.agent_step(step):
-                    with otel.model_call(MODEL, "127.0.0.1", self._port) as call:
-                        response = await self._client.post(
-                            self._url, json={"model": MODEL, "messages": messages}
-                        )
-                        response.raise_for_status()
-                        body = response.json()
-                        choice = body["choices"][0]
-                        usage = body["usage"]
-                        call.record_usage(
-                            usage["prompt_tokens"],
-                            usage["completion_tokens"],
-                            body["model"],
-                            choice["finish_reason"],
-                        )
-                    message = choice["message"]
-                    messages.append(message)
-                    if not message.get("tool_calls"):
-                        otel.record_window_tokens(usage["total_tokens"])
-                        return str(message["content"])
-                    for tool_call in message["tool_calls"]:
-                        name = tool_call["function"]["name"]
-                        arguments = json.loads(tool_call["function"]["arguments"])
-                        with otel.tool_call(name, tool_call["id"]):
-                            result = TOOLS[name](**arguments)
-                        messages.append(
-                            {"role": "tool", "tool_call_id": tool_call["id"], "content": str(result)}
-                        )
-            return "step budget used up"
-
-
 class RawSdkPipeline:
-    """The raw SDK exporting over OTLP/gRPC, as a plain SDK setup would: batch spans, periodic metrics."""
+    """The raw SDK exporting over OTLP/gRPC as a plain SDK setup would (batch spans, periodic
+    metrics), with the agent loop's telemetry on it."""
 
     def __init__(self, endpoint: str) -> None:
         self.tracer_provider = TracerProvider(resource=Resource.create({SERVICE_NAME: AGENT}))
@@ -157,7 +107,7 @@ class RawSdkPipeline:
             resource=Resource.create({SERVICE_NAME: AGENT}),
         )
         self.telemetry = RawSdkAgentTelemetry(
-            self.tracer_provider.get_tracer("raw-sdk"), self.meter_provider.get_meter("raw-sdk"), AGENT
+            self.tracer_provider.get_tracer("raw-sdk"), self.meter_provider.get_meter("raw-sdk")
         )
 
     def shutdown(self) -> None:
@@ -219,14 +169,18 @@ async def alternate(requests: Mapping[str, Request], pairs: int, warmup: int = 3
 
 def telemetry_on(endpoint: str, **overrides: Any) -> KaosOtelManager:
     """A private manager exporting over OTLP/gRPC to ``endpoint`` (defaults otherwise)."""
-    return KaosOtelManager(
+    manager = KaosOtelManager(
         AGENT, endpoint=endpoint, global_providers=False, bridge_logging=False, **overrides
     )
+    manager.register_known_names(AGENT, tools=TOOLS, models=[MODEL])
+    return manager
 
 
 def telemetry_disabled() -> KaosOtelManager:
     """A manager configured by ``OTEL_SDK_DISABLED=true``."""
-    return KaosOtelManager(AGENT, global_providers=False, disabled=True)
+    manager = KaosOtelManager(AGENT, global_providers=False, disabled=True)
+    manager.register_known_names(AGENT, tools=TOOLS, models=[MODEL])
+    return manager
 
 
 def agent_overhead(pairs: int, model_latency_s: float) -> dict[str, Any]:
@@ -242,13 +196,13 @@ def agent_overhead(pairs: int, model_latency_s: float) -> dict[str, Any]:
 
         async def run() -> LatencySamples:
             async with httpx.AsyncClient(timeout=30) as client:
-                agents: dict[str, SimulatedAgent | RawSdkAgent] = {
+                agents = {
                     "on": SimulatedAgent(on, client, model.port),
                     "off": SimulatedAgent(off, client, model.port),
-                    "raw_sdk": RawSdkAgent(raw.telemetry, client, model.port),
+                    "raw_sdk": SimulatedAgent(raw.telemetry, client, model.port),
                 }
 
-                def request(agent: SimulatedAgent | RawSdkAgent) -> Request:
+                def request(agent: SimulatedAgent) -> Request:
                     return lambda i: agent.handle(f"What is 2 + 3? ({i})", f"conv-{i}")
 
                 return await alternate({name: request(agent) for name, agent in agents.items()}, pairs)

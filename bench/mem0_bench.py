@@ -59,44 +59,37 @@ def mem0_overhead(pairs: int) -> dict[str, Any] | str:
             )
         counter = 0
         memory_class = type(memory)
+        instrumentor.instrument(telemetry=manager)
+        # the functions the instrumentor wrapped, called directly; and those inside raw-SDK telemetry
+        wrapped = (memory_class.add, memory_class.search, memory_class.delete)
+        originals = tuple(method.__wrapped__ for method in wrapped)
+        operations = ("create_memory", "search_memory", "delete_memory")
+        methods = {
+            "instrumented": wrapped,
+            "uninstrumented": originals,
+            "raw_sdk": tuple(
+                raw.traced(name, method) for name, method in zip(operations, originals, strict=True)
+            ),
+        }
 
         def operation(variant: str) -> float:
             """One timed operation in ``variant`` (one of :data:`VARIANTS`)."""
             nonlocal counter
             counter += 1
             user = f"user-{counter % 8}"
-            text = f"Fact number {counter}: the user likes colour {counter % 13}"
-            query = "Which colour does the user like?"
-            add, search, delete = (memory_class.add, memory_class.search, memory_class.delete)
-            if variant == "instrumented":
-                start = time.thread_time()
-                added = add(memory, text, user_id=user, infer=False)
-                search(memory, query, filters={"user_id": user}, top_k=3)
-                for record in added.get("results", []):
-                    delete(memory, record["id"])
-                return (time.thread_time() - start) * 1e6
-            # the functions the instrumentor wrapped, called directly
-            add, search, delete = add.__wrapped__, search.__wrapped__, delete.__wrapped__
-            if variant == "uninstrumented":
-                start = time.thread_time()
-                added = add(memory, text, user_id=user, infer=False)
-                search(memory, query, filters={"user_id": user}, top_k=3)
-                for record in added.get("results", []):
-                    delete(memory, record["id"])
-                return (time.thread_time() - start) * 1e6
+            add, search, delete = methods[variant]
             start = time.thread_time()
-            with raw.call("create_memory", MemoryScope.USER, user) as span:
-                added = add(memory, text, user_id=user, infer=False)
-                span.set_attribute(catalog.GEN_AI_MEMORY_RECORD_COUNT, len(added.get("results", [])))
-            with raw.call("search_memory", MemoryScope.USER, user) as span:
-                found = search(memory, query, filters={"user_id": user}, top_k=3)
-                span.set_attribute(catalog.GEN_AI_MEMORY_RECORD_COUNT, len(found.get("results", [])))
+            added = add(
+                memory,
+                f"Fact number {counter}: the user likes colour {counter % 13}",
+                user_id=user,
+                infer=False,
+            )
+            search(memory, "Which colour does the user like?", filters={"user_id": user}, top_k=3)
             for record in added.get("results", []):
-                with raw.call("delete_memory", MemoryScope.STORE, None):
-                    delete(memory, record["id"])
+                delete(memory, record["id"])
             return (time.thread_time() - start) * 1e6
 
-        instrumentor.instrument(telemetry=manager)
         times: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
         try:
             for _ in range(10):  # warm up: model load, collection, every code path

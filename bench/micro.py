@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from bench._harness import Comparison, NullSpanExporter, Runner, interleaved, null_pipeline
-from bench.raw_sdk import RawSdkAgentTelemetry
+from bench.raw_sdk import AgentLoopTelemetry, RawSdkAgentTelemetry
 from kaos_otel import KaosOtelManager, Outcome, catalog
 from kaos_otel._metrics import METER_NAME, CatalogMeterProvider, KaosMetrics, LabelBounds, metric_views
 
@@ -331,40 +331,32 @@ def agent_telemetry_costs(config: MicroConfig) -> Comparison:
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     agent, model = "bench-agent", "scripted"
     manager.register_known_names(agent, tools=["add", "lookup"], models=[model])
-    raw = RawSdkAgentTelemetry(provider.get_tracer("raw-sdk"), meter_provider.get_meter("raw-sdk"), agent)
+    raw = RawSdkAgentTelemetry(provider.get_tracer("raw-sdk"), meter_provider.get_meter("raw-sdk"))
 
-    def kaos_request(n: int) -> None:
-        for i in range(n):
-            with manager.invoke_agent(agent, conversation_id="conv-1", max_steps=5) as run:
-                for step in range(1, 4):
-                    with manager.agent_step(run, step):
-                        with manager.model_call(
-                            agent, model, server_address="127.0.0.1", server_port=8000
-                        ) as call:
-                            call.record_usage(
-                                40 + step, 12, response_model=model, finish_reasons=["tool_calls"]
-                            )
-                        if step < 3:
-                            with manager.tool_call(agent, "add", call_id=f"call_{step}", arguments={"a": 2}):
-                                pass
-                manager.record_window_tokens(agent, 160 + i % 7)
+    def requests(telemetry: AgentLoopTelemetry) -> Runner:
+        def run_requests(n: int) -> None:
+            for i in range(n):
+                with telemetry.invoke_agent(agent, conversation_id="conv-1", max_steps=5) as run:
+                    for step in range(1, 4):
+                        with telemetry.agent_step(run, step):
+                            with telemetry.model_call(
+                                agent, model, server_address="127.0.0.1", server_port=8000
+                            ) as call:
+                                call.record_usage(
+                                    40 + step, 12, response_model=model, finish_reasons=["tool_calls"]
+                                )
+                            if step < 3:
+                                with telemetry.tool_call(
+                                    agent, "add", call_id=f"call_{step}", arguments={"a": 2}
+                                ):
+                                    pass
+                    telemetry.record_window_tokens(agent, 160 + i % 7)
 
-    def raw_request(n: int) -> None:
-        for i in range(n):
-            with raw.invoke_agent("conv-1", max_steps=5) as run:
-                for step in range(1, 4):
-                    run.steps = step
-                    with raw.agent_step(step):
-                        with raw.model_call(model, "127.0.0.1", 8000) as call:
-                            call.record_usage(40 + step, 12, model, "tool_calls")
-                        if step < 3:
-                            with raw.tool_call("add", f"call_{step}"):
-                                pass
-            raw.record_window_tokens(160 + i % 7)
+        return run_requests
 
     try:
         return interleaved(
-            {"raw_sdk": raw_request, "kaos": kaos_request},
+            {"raw_sdk": requests(raw), "kaos": requests(manager)},
             baseline="raw_sdk",
             n=max(10, config.n // 20),
             reps=config.reps,

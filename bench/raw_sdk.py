@@ -8,16 +8,38 @@ label sets on plain SDK instruments, with none of kaos-otel's handles, label bou
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol
 
 from opentelemetry.metrics import Meter
 from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.util.types import AttributeValue
 
 from kaos_otel import MemoryScope, MemoryTier, catalog
 
 SUCCESS = "success"
+
+
+class AgentLoopTelemetry(Protocol):
+    """The domain helpers an agent loop calls: :class:`~kaos_otel.AgentTelemetry`'s, or
+    :class:`RawSdkAgentTelemetry`'s raw-SDK equivalents."""
+
+    def invoke_agent(
+        self, agent_name: str, *, conversation_id: str, max_steps: int
+    ) -> AbstractContextManager[Any]: ...
+
+    def agent_step(self, run: Any, step: int) -> AbstractContextManager[Any]: ...
+
+    def model_call(
+        self, agent_name: str, model: str, *, server_address: str, server_port: int
+    ) -> AbstractContextManager[Any]: ...
+
+    def tool_call(
+        self, agent_name: str, tool_name: str, *, call_id: str, arguments: object
+    ) -> AbstractContextManager[Any]: ...
+
+    def record_window_tokens(self, agent_name: str, tokens: int) -> None: ...
 
 
 class RawSdkMemoryTelemetry:
@@ -57,12 +79,29 @@ class RawSdkMemoryTelemetry:
             self._operations.add(1, labels)
             self._duration.record(time.perf_counter() - start, labels)
 
+    def traced(self, operation: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        """A Mem0 ``Memory`` method with each call inside :meth:`call` (scope, user, record count)."""
+
+        def traced_method(*args: Any, **kwargs: Any) -> Any:
+            filters = kwargs.get("filters") or {}
+            user_id = kwargs.get("user_id") or filters.get("user_id")
+            scope = MemoryScope.USER if user_id else MemoryScope.STORE
+            with self.call(operation, scope, user_id) as span:
+                result = method(*args, **kwargs)
+                records = result.get("results") if isinstance(result, dict) else None
+                if isinstance(records, list):
+                    span.set_attribute(catalog.GEN_AI_MEMORY_RECORD_COUNT, len(records))
+                return result
+
+        return traced_method
+
 
 class RawSdkRun:
     """The open ``invoke_agent`` span of :meth:`RawSdkAgentTelemetry.invoke_agent` and its step count."""
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span, agent_name: str) -> None:
         self.span = span
+        self.agent_name = agent_name
         self.steps = 0
 
 
@@ -75,26 +114,39 @@ class RawSdkModelCall:
         self.output_tokens: int | None = None
 
     def record_usage(
-        self, input_tokens: int, output_tokens: int, response_model: str, finish_reason: str
+        self,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        *,
+        response_model: str | None = None,
+        finish_reasons: Sequence[str] | None = None,
     ) -> None:
-        """Token usage, response model and finish reason, as ``ModelCall.record_usage`` sets them."""
+        """Token usage, response model and finish reasons, as ``ModelCall.record_usage`` sets them."""
         self.input_tokens, self.output_tokens = input_tokens, output_tokens
-        self.span.set_attributes(
-            {
-                catalog.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
-                catalog.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,
-                catalog.GEN_AI_RESPONSE_MODEL: response_model,
-                catalog.GEN_AI_RESPONSE_FINISH_REASONS: (finish_reason,),
-            }
-        )
+        attributes: dict[str, AttributeValue] = {}
+        if input_tokens is not None:
+            attributes[catalog.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
+        if output_tokens is not None:
+            attributes[catalog.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
+        if response_model is not None:
+            attributes[catalog.GEN_AI_RESPONSE_MODEL] = response_model
+        if finish_reasons is not None:
+            attributes[catalog.GEN_AI_RESPONSE_FINISH_REASONS] = tuple(finish_reasons)
+        self.span.set_attributes(attributes)
+
+    def record_messages(self, input_messages: object = None, output_messages: object = None) -> None:
+        """Nothing: message content is not captured by default (nor by kaos-otel's default)."""
 
 
 class RawSdkAgentTelemetry:
-    """An agent request's spans and metric points (run, steps, model and tool calls) on the raw SDK."""
+    """An agent request's spans and metric points (run, steps, model and tool calls) on the raw SDK.
 
-    def __init__(self, tracer: Tracer, meter: Meter, agent: str) -> None:
+    Its methods have the signatures of the :class:`~kaos_otel.AgentTelemetry` helpers the
+    benchmarks' agent loop calls, so the same loop runs on either.
+    """
+
+    def __init__(self, tracer: Tracer, meter: Meter) -> None:
         self._tracer = tracer
-        self._agent = agent
         spec = catalog.METRICS_BY_NAME
 
         def counter(name: str) -> Any:
@@ -115,39 +167,42 @@ class RawSdkAgentTelemetry:
         self._window_tokens = histogram(catalog.KAOS_MEMORY_WINDOW_TOKENS)
 
     @contextmanager
-    def invoke_agent(self, conversation_id: str, max_steps: int) -> Iterator[RawSdkRun]:
+    def invoke_agent(self, agent_name: str, *, conversation_id: str, max_steps: int) -> Iterator[RawSdkRun]:
         """The request's ``invoke_agent`` span, then the three request metric points."""
         start = time.perf_counter()
         span_context = self._tracer.start_as_current_span(
-            f"invoke_agent {self._agent}",
+            f"invoke_agent {agent_name}",
             attributes={
                 catalog.GEN_AI_OPERATION_NAME: "invoke_agent",
-                catalog.GEN_AI_AGENT_NAME: self._agent,
+                catalog.GEN_AI_AGENT_NAME: agent_name,
                 catalog.GEN_AI_CONVERSATION_ID: conversation_id,
                 catalog.KAOS_AGENT_MAX_STEPS: max_steps,
             },
         )
         with span_context as span:
-            run = RawSdkRun(span)
+            run = RawSdkRun(span, agent_name)
             yield run
             span.set_attribute(catalog.KAOS_AGENT_STEPS, run.steps)
             span.set_attribute(catalog.KAOS_OUTCOME, SUCCESS)
-            labels = {catalog.GEN_AI_AGENT_NAME: self._agent, catalog.KAOS_OUTCOME: SUCCESS}
+            labels = {catalog.GEN_AI_AGENT_NAME: agent_name, catalog.KAOS_OUTCOME: SUCCESS}
             self._requests.add(1, labels)
             self._request_duration.record(time.perf_counter() - start, labels)
             self._request_steps.record(run.steps, labels)
 
     @contextmanager
-    def agent_step(self, step: int) -> Iterator[Span]:
+    def agent_step(self, run: RawSdkRun, step: int) -> Iterator[Span]:
         """One step of the loop."""
+        run.steps = step
         with self._tracer.start_as_current_span(
             catalog.SPAN_AGENT_STEP,
-            attributes={catalog.GEN_AI_AGENT_NAME: self._agent, catalog.KAOS_AGENT_STEP: step},
+            attributes={catalog.GEN_AI_AGENT_NAME: run.agent_name, catalog.KAOS_AGENT_STEP: step},
         ) as span:
             yield span
 
     @contextmanager
-    def model_call(self, model: str, server_address: str, server_port: int) -> Iterator[RawSdkModelCall]:
+    def model_call(
+        self, agent_name: str, model: str, *, server_address: str, server_port: int
+    ) -> Iterator[RawSdkModelCall]:
         """A ``chat`` CLIENT span, then the five model-call metric points."""
         start = time.perf_counter()
         span_context = self._tracer.start_as_current_span(
@@ -157,7 +212,7 @@ class RawSdkAgentTelemetry:
                 catalog.GEN_AI_OPERATION_NAME: "chat",
                 catalog.GEN_AI_PROVIDER_NAME: "openai",
                 catalog.GEN_AI_REQUEST_MODEL: model,
-                catalog.GEN_AI_AGENT_NAME: self._agent,
+                catalog.GEN_AI_AGENT_NAME: agent_name,
                 catalog.SERVER_ADDRESS: server_address,
                 catalog.SERVER_PORT: server_port,
             },
@@ -168,7 +223,7 @@ class RawSdkAgentTelemetry:
             span.set_attribute(catalog.KAOS_OUTCOME, SUCCESS)
             elapsed = time.perf_counter() - start
             labels = {
-                catalog.GEN_AI_AGENT_NAME: self._agent,
+                catalog.GEN_AI_AGENT_NAME: agent_name,
                 catalog.GEN_AI_REQUEST_MODEL: model,
                 catalog.KAOS_OUTCOME: SUCCESS,
             }
@@ -185,30 +240,32 @@ class RawSdkAgentTelemetry:
                     self._token_usage.record(tokens, {**gen_ai, catalog.GEN_AI_TOKEN_TYPE: token_type})
 
     @contextmanager
-    def tool_call(self, tool: str, call_id: str) -> Iterator[Span]:
-        """An ``execute_tool`` span, then its two metric points."""
+    def tool_call(
+        self, agent_name: str, tool_name: str, *, call_id: str, arguments: object
+    ) -> Iterator[Span]:
+        """An ``execute_tool`` span, then its two metric points (arguments are content: not recorded)."""
         start = time.perf_counter()
         span_context = self._tracer.start_as_current_span(
-            f"execute_tool {tool}",
+            f"execute_tool {tool_name}",
             attributes={
                 catalog.GEN_AI_OPERATION_NAME: "execute_tool",
-                catalog.GEN_AI_TOOL_NAME: tool,
+                catalog.GEN_AI_TOOL_NAME: tool_name,
                 catalog.GEN_AI_TOOL_TYPE: "function",
                 catalog.GEN_AI_TOOL_CALL_ID: call_id,
-                catalog.GEN_AI_AGENT_NAME: self._agent,
+                catalog.GEN_AI_AGENT_NAME: agent_name,
             },
         )
         with span_context as span:
             yield span
             span.set_attribute(catalog.KAOS_OUTCOME, SUCCESS)
             labels = {
-                catalog.GEN_AI_AGENT_NAME: self._agent,
-                catalog.GEN_AI_TOOL_NAME: tool,
+                catalog.GEN_AI_AGENT_NAME: agent_name,
+                catalog.GEN_AI_TOOL_NAME: tool_name,
                 catalog.KAOS_OUTCOME: SUCCESS,
             }
             self._tool_calls.add(1, labels)
             self._tool_duration.record(time.perf_counter() - start, labels)
 
-    def record_window_tokens(self, tokens: int) -> None:
+    def record_window_tokens(self, agent_name: str, tokens: int) -> None:
         """The short-term window size after the request."""
-        self._window_tokens.record(tokens, {catalog.GEN_AI_AGENT_NAME: self._agent})
+        self._window_tokens.record(tokens, {catalog.GEN_AI_AGENT_NAME: agent_name})
