@@ -37,6 +37,8 @@ OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "OTEL_INSTRUMENTATION_GENAI
 KAOS_OTEL_CONSOLE = "KAOS_OTEL_CONSOLE"
 KAOS_OTEL_TRUST = "KAOS_OTEL_TRUST"
 KAOS_OTEL_BAGGAGE_ALLOWLIST = "KAOS_OTEL_BAGGAGE_ALLOWLIST"
+OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT = "OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+"""Read by the SDK's ``LogLimits`` in newer releases (not a constant of every supported one)."""
 
 _E = TypeVar("_E", bound=StrEnum)
 
@@ -52,7 +54,7 @@ SIGNAL_PROTOCOLS = {
     "logs": OTEL_EXPORTER_OTLP_LOGS_PROTOCOL,
 }
 DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT = 8192
-"""The attribute value cap when neither ``OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`` sets one (the SDK
+"""The attribute value cap of a signal no ``OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`` limits (the SDK
 has none): prompts and stack traces must not make spans of megabytes."""
 
 
@@ -120,6 +122,9 @@ class TelemetrySettings:
     span_schedule_delay_ms: int | None = None
     span_max_queue_size: int | None = None
     attribute_value_length_limit: int = DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
+    """kaos-otel's own cap on attribute values: never below the limit the SDK applies to spans or
+    to log records (which it reads itself), so that within the SDK's limits a value exports as it
+    would without kaos-otel."""
     capture_content: ContentCapture = ContentCapture.NO_CONTENT
     console: bool = False
     trust: TrustPolicy = TrustPolicy.TRUSTED
@@ -132,8 +137,8 @@ class TelemetrySettings:
 
     @property
     def attribute_limit_from_environment(self) -> bool:
-        """Whether an ``OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`` variable set the attribute cap."""
-        return _attribute_limit(os.environ) is not None
+        """Whether a variable the SDK's ``SpanLimits`` reads sets the span attribute value cap."""
+        return _span_attribute_limit(os.environ) is not None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> TelemetrySettings:
@@ -191,9 +196,24 @@ def _signal_endpoint(
     return env.get(SIGNAL_ENDPOINTS[signal]) or env.get(OTEL_EXPORTER_OTLP_ENDPOINT) or None
 
 
-def _attribute_limit(env: Mapping[str, str]) -> int | None:
+def _span_attribute_limit(env: Mapping[str, str]) -> int | None:
     """The SDK's span attribute value cap if a variable sets one (the specific one first)."""
-    for name in (OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT):
+    return _first_limit(env, OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)
+
+
+def _attribute_limit(env: Mapping[str, str]) -> int | None:
+    """The larger of the span and the log record attribute value caps if a variable sets either;
+    a signal no variable limits counts as :data:`DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT`."""
+    spans = _span_attribute_limit(env)
+    logs = _first_limit(env, OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)
+    if spans is None and logs is None:
+        return None
+    return max(DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT if limit is None else limit for limit in (spans, logs))
+
+
+def _first_limit(env: Mapping[str, str], *names: str) -> int | None:
+    """The value of the first of ``names`` that is set (``None`` if it is not a number)."""
+    for name in names:
         raw = env.get(name, "").strip()
         if raw:
             try:

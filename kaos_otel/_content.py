@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 from opentelemetry.util.types import AttributeValue
 
-from kaos_otel._config import ContentCapture
+from kaos_otel._config import DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT, ContentCapture
 from kaos_otel._secrets import REDACTED, SECRET_KEY_NAME, Redactor, default_redactor
 
 __all__ = ["REDACTED", "ContentPolicy", "Redactor", "default_redactor"]
 
 CACHED_TEXT_LENGTH = 256
-"""Strings up to this length have their cleaned form remembered (:attr:`ContentPolicy._cleaned`)."""
+"""Strings up to this length have their cleaned form remembered (:attr:`ContentPolicy._redacted`)."""
 CACHED_TEXTS = 4096
 """At most this many remembered strings (about 1 MB at most) before the cache starts over."""
 REDACTION_MARGIN = 256
@@ -48,10 +48,14 @@ class ContentPolicy:
 
     capture: ContentCapture = ContentCapture.NO_CONTENT
     redactor: Redactor = default_redactor
-    max_value_length: int = 8192
+    max_value_length: int = DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
+    """Cap on attribute values (the settings' attribute limit)."""
     secret_keys: re.Pattern[str] = field(default=SECRET_KEY_NAME)
-    _cleaned: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
-    """Recent short strings and their cleaned form: span names, routes, model and agent names
+    max_text_length: int = DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
+    """Cap on the other strings: span and event names, status descriptions, log bodies. No
+    ``OTEL_*`` variable limits these, so the attribute limit does not either."""
+    _redacted: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Recent short strings and their redacted form: span names, routes, model and agent names
     repeat on nearly every span, and the redactor costs microseconds per call."""
 
     @property
@@ -59,20 +63,22 @@ class ContentPolicy:
         """Content may be set on spans."""
         return self.capture.on_spans
 
-    def clean_text(self, text: str) -> str:
-        """Redact secrets, then cap the size; only the part that can be kept is scanned."""
+    def clean_text(self, text: str, limit: int | None = None) -> str:
+        """Redact secrets, then cap the size to ``limit`` (default :attr:`max_text_length`); only
+        the part that can be kept is scanned."""
+        if limit is None:
+            limit = self.max_text_length
         if len(text) <= CACHED_TEXT_LENGTH:
-            cleaned = self._cleaned.get(text)
-            if cleaned is None:
-                cleaned = self._clean_text(text)
-                if len(self._cleaned) >= CACHED_TEXTS:
-                    self._cleaned.clear()  # a bounded cache; the next strings refill it
-                self._cleaned[text] = cleaned
-            return cleaned
-        return self._clean_text(text)
+            redacted = self._redacted.get(text)
+            if redacted is None:
+                redacted = self.redactor(text)
+                if len(self._redacted) >= CACHED_TEXTS:
+                    self._redacted.clear()  # a bounded cache; the next strings refill it
+                self._redacted[text] = redacted
+            return redacted if len(redacted) <= limit else cap_text(redacted, limit)
+        return self._clean_text(text, limit)
 
-    def _clean_text(self, text: str) -> str:
-        limit = self.max_value_length
+    def _clean_text(self, text: str, limit: int) -> str:
         scanned = limit + REDACTION_MARGIN
         if len(text) <= scanned:
             return cap_text(self.redactor(text), limit)
@@ -81,22 +87,25 @@ class ContentPolicy:
         marker = f"...[truncated {len(text) - limit} chars]"
         return self.redactor(text[:scanned])[: max(0, limit - len(marker))] + marker
 
-    def bound_size(self, text: str) -> str:
-        """``text`` as it is if within the cap, else cleaned now (only its kept part is scanned).
+    def bound_size(self, text: str, limit: int | None = None) -> str:
+        """``text`` as it is if within the cap (``limit``, default :attr:`max_text_length`), else
+        cleaned now (only its kept part is scanned).
 
         For text held until export (exception messages, log bodies): redaction runs on the
         export thread, but a huge string must not sit whole in the queue meanwhile.
         """
-        return text if len(text) <= self.max_value_length else self.clean_text(text)
+        if limit is None:
+            limit = self.max_text_length
+        return text if len(text) <= limit else self.clean_text(text, limit)
 
     def clean_attribute(self, key: str, value: AttributeValue) -> AttributeValue:
         """Clean one exported attribute value (secret-named keys are masked whole)."""
         if isinstance(value, str):
             if self.secret_keys.search(key) and value:
                 return REDACTED
-            return self.clean_text(value)
+            return self.clean_text(value, self.max_value_length)
         if isinstance(value, Sequence) and value and isinstance(value[0], str):
-            return tuple(self.clean_text(str(item)) for item in value)
+            return tuple(self.clean_text(str(item), self.max_value_length) for item in value)
         return value
 
     def clean_attributes(self, attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:
@@ -119,8 +128,8 @@ class ContentPolicy:
             stack = _stack_without_message(exc, qualified)
         return {
             "exception.type": qualified,
-            "exception.message": self.bound_size(message),
-            "exception.stacktrace": self.bound_size(stack),
+            "exception.message": self.bound_size(message, self.max_value_length),
+            "exception.stacktrace": self.bound_size(stack, self.max_value_length),
             "exception.escaped": True,
         }
 

@@ -2,13 +2,15 @@
 setup export to the same place with the same settings.
 
 Each case sets one group of variables the SDK or the OTLP exporters honour, then builds both a
-:class:`~kaos_otel.KaosOtelManager` and the plain SDK (``TracerProvider`` + ``BatchSpanProcessor``
-+ the OTLP exporter the protocol names, ``MeterProvider`` + ``PeriodicExportingMetricReader``),
-records one span and one counter on each, and compares what real receivers got: which server and
-URL path, the request headers and compression, the resource, span names and attribute values
-(limits), how many spans per request (batch size), and whether anything arrived (sampler,
-``OTEL_SDK_DISABLED``). Over HTTPS (a test CA and certificates made here), the certificate and
-client certificate variables decide alike what is delivered and what the server refuses.
+:class:`~kaos_otel.KaosOtelManager` and the plain SDK (``TracerProvider`` + ``BatchSpanProcessor``,
+``MeterProvider`` + ``PeriodicExportingMetricReader``, ``LoggerProvider`` +
+``BatchLogRecordProcessor``, each with the OTLP exporter its protocol names), records spans, a
+counter and log records on each (on the manager through Python ``logging``, which it bridges), and
+compares what real receivers got: which server and URL path, the request headers and compression,
+the resource, span names, log bodies and attribute values (limits), how many spans or log records
+per request (batch sizes), and whether anything arrived (sampler, ``OTEL_SDK_DISABLED``). Over
+HTTPS (a test CA and certificates made here), the certificate and client certificate variables
+decide alike what is delivered and what the server refuses.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import datetime
 import gzip
 import ipaddress
+import logging
+import os
 import ssl
 import sys
 import threading
@@ -33,12 +37,18 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from opentelemetry._logs import LogRecord, SeverityNumber
+from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -51,6 +61,8 @@ from kaos_otel.receiver import OtlpReceiver
 OBSERVED_HEADERS = ("x-tenant", "x-signal", "content-encoding", "content-type")
 LONG_VALUE = "v" * 40
 SPANS = 5
+LOGS = 5
+LOGGER = "parity"
 
 
 @dataclass
@@ -62,6 +74,7 @@ class Request:
     spans: list[tuple[str, tuple[tuple[str, Any], ...]]] = field(default_factory=list)
     resource: tuple[tuple[str, Any], ...] = ()
     metric_names: tuple[str, ...] = ()
+    logs: list[tuple[str, tuple[tuple[str, Any], ...]]] = field(default_factory=list)
 
 
 class RecordingServer(ThreadingHTTPServer):
@@ -123,6 +136,16 @@ class _Handler(BaseHTTPRequestHandler):
                     if metric.name != "kaos.telemetry.dropped"  # the manager's own health metric
                 )
             )
+        elif self.path.endswith("logs"):
+            logs = logs_service_pb2.ExportLogsServiceRequest.FromString(body)
+            for resource_logs in logs.resource_logs:
+                request.resource = _kv(resource_logs.resource.attributes)
+                request.logs += [
+                    (record.body.string_value, _kv(record.attributes))
+                    for scope in resource_logs.scope_logs
+                    if scope.scope.name == LOGGER  # not the manager's own log lines, if any
+                    for record in scope.log_records
+                ]
         with self.server.lock:
             self.server.requests.append(request)
         self.send_response(HTTPStatus.OK)
@@ -175,17 +198,20 @@ CASES: dict[str, Env] = {
         **HTTP,
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url + "/custom/traces",
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": url + "/custom/metrics",
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": url + "/custom/logs",
     },
     "per-signal endpoint over the base": lambda url: {
         **HTTP,
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url + "/v1/traces",
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": url + "/v1/metrics",
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": url + "/v1/logs",
     },
     "per-signal protocol": lambda url: {
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
         "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "http/protobuf",
         "OTEL_EXPORTER_OTLP_ENDPOINT": url,
     },
     "headers": lambda url: {
@@ -199,6 +225,7 @@ CASES: dict[str, Env] = {
         "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=base",
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-signal=traces",
         "OTEL_EXPORTER_OTLP_METRICS_HEADERS": "x-signal=metrics",
+        "OTEL_EXPORTER_OTLP_LOGS_HEADERS": "x-signal=logs",
     },
     "compression": lambda url: {
         **HTTP,
@@ -209,6 +236,11 @@ CASES: dict[str, Env] = {
         **HTTP,
         "OTEL_EXPORTER_OTLP_ENDPOINT": url,
         "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "gzip",
+    },
+    "per-signal logs compression": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_EXPORTER_OTLP_LOGS_COMPRESSION": "gzip",
     },
     "timeout": lambda url: {**HTTP, "OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_EXPORTER_OTLP_TIMEOUT": "2500"},
     "per-signal timeout": lambda url: {
@@ -248,6 +280,11 @@ CASES: dict[str, Env] = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": url,
         "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "9",
     },
+    "log record attribute value limit": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT": "11",
+    },
     "attribute count limit": lambda url: {
         **HTTP,
         "OTEL_EXPORTER_OTLP_ENDPOINT": url,
@@ -259,29 +296,70 @@ CASES: dict[str, Env] = {
         "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "2",
         "OTEL_BSP_SCHEDULE_DELAY": "60000",
     },
+    "log batch size": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE": "2",
+        "OTEL_BLRP_SCHEDULE_DELAY": "60000",
+    },
     "sdk disabled": lambda url: {**HTTP, "OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_SDK_DISABLED": "true"},
 }
 
 
-def _plain_sdk() -> tuple[TracerProvider, MeterProvider]:
-    """What an application without kaos-otel would build from the same environment."""
-    import os
+@dataclass
+class PlainSdk:
+    """What an application without kaos-otel builds from the environment: each signal's provider,
+    its batch processor or periodic reader, and the OTLP exporter its protocol names."""
 
-    def protocol(signal: str) -> str:
-        return os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or os.environ.get(
-            "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    logger_provider: LoggerProvider
+
+    @classmethod
+    def from_environment(cls) -> PlainSdk:
+        def http(signal: str) -> bool:
+            protocol = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
+            return (protocol or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")) == "http/protobuf"
+
+        tracer_provider = TracerProvider(resource=Resource.create(), shutdown_on_exit=False)
+        tracer_provider.add_span_processor(
+            BatchSpanProcessor(HttpSpanExporter() if http("TRACES") else GrpcSpanExporter())
         )
+        meter_provider = MeterProvider(
+            metric_readers=[
+                PeriodicExportingMetricReader(
+                    HttpMetricExporter() if http("METRICS") else GrpcMetricExporter()
+                )
+            ],
+            resource=Resource.create(),
+            shutdown_on_exit=False,
+        )
+        logger_provider = LoggerProvider(resource=Resource.create(), shutdown_on_exit=False)
+        logger_provider.add_log_record_processor(
+            BatchLogRecordProcessor(HttpLogExporter() if http("LOGS") else GrpcLogExporter())
+        )
+        return cls(tracer_provider, meter_provider, logger_provider)
 
-    span_exporter = HttpSpanExporter() if protocol("TRACES") == "http/protobuf" else GrpcSpanExporter()
-    metric_exporter = HttpMetricExporter() if protocol("METRICS") == "http/protobuf" else GrpcMetricExporter()
-    tracer_provider = TracerProvider(resource=Resource.create(), shutdown_on_exit=False)
-    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
-    meter_provider = MeterProvider(
-        metric_readers=[PeriodicExportingMetricReader(metric_exporter)],
-        resource=Resource.create(),
-        shutdown_on_exit=False,
-    )
-    return tracer_provider, meter_provider
+    def record(self) -> None:
+        _record(self.tracer_provider, self.meter_provider)
+        for index in range(LOGS):
+            self.logger_provider.get_logger(LOGGER).emit(
+                LogRecord(
+                    severity_number=SeverityNumber.WARN,
+                    body="parity log",
+                    attributes={"long": LONG_VALUE, "index": index},
+                )
+            )
+
+    def flush(self) -> None:
+        self.tracer_provider.force_flush(10_000)
+        self.meter_provider.force_flush(10_000)
+        self.logger_provider.force_flush(10_000)
+
+    def shutdown(self) -> None:
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+        self.logger_provider.shutdown()
 
 
 def _record(tracer_provider: Any, meter_provider: Any) -> None:
@@ -292,10 +370,18 @@ def _record(tracer_provider: Any, meter_provider: Any) -> None:
     meter_provider.get_meter("kaos_otel").create_counter("kaos.requests").add(1, {"kaos.outcome": "success"})
 
 
+def _record_on_manager(manager: KaosOtelManager) -> None:
+    """The same telemetry as :meth:`PlainSdk.record`, the log records through Python ``logging``
+    (which the manager bridges)."""
+    _record(manager.tracer_provider, manager.meter_provider)
+    for index in range(LOGS):
+        logging.getLogger(LOGGER).warning("parity log", extra={"long": LONG_VALUE, "index": index})
+
+
 def _received(server: RecordingServer) -> list[Request]:
     with server.lock:
         requests = list(server.requests)
-    return sorted(requests, key=lambda r: (r.path, len(r.spans), r.metric_names))
+    return sorted(requests, key=lambda r: (r.path, len(r.spans), r.metric_names, len(r.logs)))
 
 
 def _export_both(
@@ -305,21 +391,19 @@ def _export_both(
     record the same telemetry on both and flush; returns the (shut down) manager."""
     for name, value in environ(ours.endpoint).items():
         monkeypatch.setenv(name, value)
-    manager = KaosOtelManager(global_providers=False, bridge_logging=False)
+    manager = KaosOtelManager(global_providers=False)
     for name, value in environ(theirs.endpoint).items():
         monkeypatch.setenv(name, value)
-    tracer_provider, meter_provider = _plain_sdk()
+    plain = PlainSdk.from_environment()
     try:
         if manager.enabled:
-            _record(manager.tracer_provider, manager.meter_provider)
+            _record_on_manager(manager)
             manager.force_flush(10)
-        _record(tracer_provider, meter_provider)
-        tracer_provider.force_flush(10_000)
-        meter_provider.force_flush(10_000)
+        plain.record()
+        plain.flush()
     finally:
         manager.shutdown(5)
-        tracer_provider.shutdown()
-        meter_provider.shutdown()
+        plain.shutdown()
     return manager
 
 
@@ -335,6 +419,7 @@ def test_manager_and_plain_sdk_export_alike(
         assert not any(request.spans for request in plain), plain
     else:
         assert sum(len(request.spans) for request in plain) == SPANS, plain
+    assert sum(len(request.logs) for request in plain) == (0 if case == "sdk disabled" else LOGS), plain
 
 
 @dataclass(frozen=True)
@@ -436,14 +521,16 @@ def _wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
 TlsEnv = Callable[[Tls], Mapping[str, str]]
 FAIL_FAST = {"OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
 """Cases where some signal cannot be delivered: its exporter gives up after a second."""
+ALL_SIGNALS = ("logs", "metrics", "traces")
 TLS_CASES: dict[str, tuple[TlsEnv, tuple[str, ...]]] = {
-    "certificate": (lambda tls: {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.ca)}, ("metrics", "traces")),
+    "certificate": (lambda tls: {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.ca)}, ALL_SIGNALS),
     "per-signal certificate": (
         lambda tls: {
             "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": str(tls.ca),
             "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE": str(tls.ca),
+            "OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE": str(tls.ca),
         },
-        ("metrics", "traces"),
+        ALL_SIGNALS,
     ),
     "per-signal certificate over the base": (
         lambda tls: {
@@ -464,7 +551,7 @@ TLS_CASES: dict[str, tuple[TlsEnv, tuple[str, ...]]] = {
             "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": str(tls.client_certificate),
             "OTEL_EXPORTER_OTLP_CLIENT_KEY": str(tls.client_key),
         },
-        ("metrics", "traces"),
+        ALL_SIGNALS,
     ),
     "client certificate missing": (
         lambda tls: {**FAIL_FAST, "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.ca)},
@@ -495,7 +582,7 @@ def test_https_endpoint_and_certificates(case: str, tls: Tls, monkeypatch: pytes
         assert sorted({request.path.rsplit("/", 1)[-1] for request in plain}) == list(delivered), plain
         if "traces" in delivered:
             assert sum(len(request.spans) for request in plain) == SPANS, plain
-        if len(delivered) < 2:  # both setups tried, and the server refused the handshake
+        if len(delivered) < len(ALL_SIGNALS):  # both setups tried, and the server refused the handshake
             assert _wait_until(lambda: ours.failed_handshakes > 0 and theirs.failed_handshakes > 0, 10)
             assert manager.health.dropped() > 0
 
@@ -509,15 +596,14 @@ def test_grpc_insecure_and_endpoint_without_scheme(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", address)
     monkeypatch.setenv(variable, "true")
     manager = KaosOtelManager("insecure", global_providers=False, bridge_logging=False)
-    tracer_provider, meter_provider = _plain_sdk()
+    plain = PlainSdk.from_environment()
     try:
         with manager.span("kaos"):
             pass
-        tracer_provider.get_tracer("plain").start_span("plain").end()
+        plain.tracer_provider.get_tracer("plain").start_span("plain").end()
         assert manager.force_flush(10)
-        assert tracer_provider.force_flush(10_000)
+        assert plain.tracer_provider.force_flush(10_000)
         assert otlp_receiver.wait_for(lambda r: {s.name for s in r.spans()} == {"kaos", "plain"}, 10)
     finally:
         manager.shutdown(5)
-        tracer_provider.shutdown()
-        meter_provider.shutdown()
+        plain.shutdown()

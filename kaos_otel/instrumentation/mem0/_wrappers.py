@@ -221,6 +221,6 @@ class Mem0Tracing:
             return
         try:
             text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-            handle.set_content(key, policy.clean_text(text))
+            handle.set_content(key, policy.clean_text(text, policy.max_value_length))
         except Exception as exc:
             internal_error("recording Mem0 content", exc)
