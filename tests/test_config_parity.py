@@ -9,8 +9,9 @@ counter and log records on each (on the manager through Python ``logging``, whic
 compares what real receivers got: which server and URL path, the request headers and compression,
 the resource, span names, log bodies and attribute values (limits), how many spans or log records
 per request (batch sizes), and whether anything arrived (sampler, ``OTEL_SDK_DISABLED``). Over
-HTTPS (a test CA and certificates made here), the certificate and client certificate variables
-decide alike what is delivered and what the server refuses.
+HTTPS and gRPC over TLS (a test CA and certificates made here), the certificate and client
+certificate variables decide alike what is delivered and what the server refuses. With
+``OTEL_METRIC_EXPORT_INTERVAL`` both export metrics on their own, without a flush.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import grpc
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -44,9 +47,9 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
@@ -75,6 +78,16 @@ class Request:
     resource: tuple[tuple[str, Any], ...] = ()
     metric_names: tuple[str, ...] = ()
     logs: list[tuple[str, tuple[tuple[str, Any], ...]]] = field(default_factory=list)
+
+
+class Recorder(Protocol):
+    """A recording OTLP endpoint (HTTP or gRPC)."""
+
+    requests: list[Request]
+    lock: threading.Lock
+
+    @property
+    def endpoint(self) -> str: ...
 
 
 class RecordingServer(ThreadingHTTPServer):
@@ -118,34 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Content-Encoding", "") == "gzip":
             body = gzip.decompress(body)
         headers = {name: self.headers.get(name, "") for name in OBSERVED_HEADERS}
-        request = Request(self.path, headers)
-        if self.path.endswith("traces"):
-            traces = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
-            for resource_spans in traces.resource_spans:
-                request.resource = _kv(resource_spans.resource.attributes)
-                for scope in resource_spans.scope_spans:
-                    request.spans += [(span.name, _kv(span.attributes)) for span in scope.spans]
-        elif self.path.endswith("metrics"):
-            metrics = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
-            request.metric_names = tuple(
-                sorted(
-                    metric.name
-                    for resource_metrics in metrics.resource_metrics
-                    for scope in resource_metrics.scope_metrics
-                    for metric in scope.metrics
-                    if metric.name != "kaos.telemetry.dropped"  # the manager's own health metric
-                )
-            )
-        elif self.path.endswith("logs"):
-            logs = logs_service_pb2.ExportLogsServiceRequest.FromString(body)
-            for resource_logs in logs.resource_logs:
-                request.resource = _kv(resource_logs.resource.attributes)
-                request.logs += [
-                    (record.body.string_value, _kv(record.attributes))
-                    for scope in resource_logs.scope_logs
-                    if scope.scope.name == LOGGER  # not the manager's own log lines, if any
-                    for record in scope.log_records
-                ]
+        request = _decode(self.path, headers, body)
         with self.server.lock:
             self.server.requests.append(request)
         self.send_response(HTTPStatus.OK)
@@ -155,6 +141,41 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet."""
+
+
+def _decode(path: str, headers: dict[str, str], body: bytes) -> Request:
+    """One export request (an OTLP/HTTP path, or ``grpc/<signal>``) reduced to what is compared."""
+    request = Request(path, headers)
+    if path.endswith("traces"):
+        traces = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+        for resource_spans in traces.resource_spans:
+            request.resource = _kv(resource_spans.resource.attributes)
+            for scope in resource_spans.scope_spans:
+                request.spans += [(span.name, _kv(span.attributes)) for span in scope.spans]
+    elif path.endswith("metrics"):
+        metrics = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
+        for resource_metrics in metrics.resource_metrics:
+            request.resource = _kv(resource_metrics.resource.attributes)
+        request.metric_names = tuple(
+            sorted(
+                metric.name
+                for resource_metrics in metrics.resource_metrics
+                for scope in resource_metrics.scope_metrics
+                for metric in scope.metrics
+                if metric.name != "kaos.telemetry.dropped"  # the manager's own health metric
+            )
+        )
+    elif path.endswith("logs"):
+        logs = logs_service_pb2.ExportLogsServiceRequest.FromString(body)
+        for resource_logs in logs.resource_logs:
+            request.resource = _kv(resource_logs.resource.attributes)
+            request.logs += [
+                (record.body.string_value, _kv(record.attributes))
+                for scope in resource_logs.scope_logs
+                if scope.scope.name == LOGGER  # not the manager's own log lines, if any
+                for record in scope.log_records
+            ]
+    return request
 
 
 def _kv(attributes: Any) -> tuple[tuple[str, Any], ...]:
@@ -378,32 +399,41 @@ def _record_on_manager(manager: KaosOtelManager) -> None:
         logging.getLogger(LOGGER).warning("parity log", extra={"long": LONG_VALUE, "index": index})
 
 
-def _received(server: RecordingServer) -> list[Request]:
+def _received(server: Recorder) -> list[Request]:
     with server.lock:
         requests = list(server.requests)
     return sorted(requests, key=lambda r: (r.path, len(r.spans), r.metric_names, len(r.logs)))
 
 
-def _export_both(
-    environ: Env, ours: RecordingServer, theirs: RecordingServer, monkeypatch: pytest.MonkeyPatch
-) -> KaosOtelManager:
-    """Build the manager, then the plain SDK, each from the environment naming its own server,
-    record the same telemetry on both and flush; returns the (shut down) manager."""
-    for name, value in environ(ours.endpoint).items():
+@contextmanager
+def both_setups(
+    environ: Env, ours: str, theirs: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[KaosOtelManager, PlainSdk]]:
+    """The manager, then the plain SDK, each built from the environment naming its own endpoint
+    (``ours``, ``theirs``); both shut down at the end."""
+    for name, value in environ(ours).items():
         monkeypatch.setenv(name, value)
     manager = KaosOtelManager(global_providers=False)
-    for name, value in environ(theirs.endpoint).items():
+    for name, value in environ(theirs).items():
         monkeypatch.setenv(name, value)
     plain = PlainSdk.from_environment()
     try:
+        yield manager, plain
+    finally:
+        manager.shutdown(5)
+        plain.shutdown()
+
+
+def _export_both(
+    environ: Env, ours: Recorder, theirs: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> KaosOtelManager:
+    """Record the same telemetry on both setups and flush; returns the (shut down) manager."""
+    with both_setups(environ, ours.endpoint, theirs.endpoint, monkeypatch) as (manager, plain):
         if manager.enabled:
             _record_on_manager(manager)
             manager.force_flush(10)
         plain.record()
         plain.flush()
-    finally:
-        manager.shutdown(5)
-        plain.shutdown()
     return manager
 
 
@@ -585,6 +615,110 @@ def test_https_endpoint_and_certificates(case: str, tls: Tls, monkeypatch: pytes
         if len(delivered) < len(ALL_SIGNALS):  # both setups tried, and the server refused the handshake
             assert _wait_until(lambda: ours.failed_handshakes > 0 and theirs.failed_handshakes > 0, 10)
             assert manager.health.dropped() > 0
+
+
+GRPC_SIGNALS: dict[type[Any], tuple[str, Callable[[], Any]]] = {
+    trace_service_pb2.ExportTraceServiceRequest: ("traces", trace_service_pb2.ExportTraceServiceResponse),
+    metrics_service_pb2.ExportMetricsServiceRequest: (
+        "metrics",
+        metrics_service_pb2.ExportMetricsServiceResponse,
+    ),
+    logs_service_pb2.ExportLogsServiceRequest: ("logs", logs_service_pb2.ExportLogsServiceResponse),
+}
+"""Each OTLP/gRPC request type: its signal and its response."""
+
+
+class GrpcRecordingServer(
+    trace_service_pb2_grpc.TraceServiceServicer,
+    metrics_service_pb2_grpc.MetricsServiceServicer,
+    logs_service_pb2_grpc.LogsServiceServicer,
+):
+    """An OTLP/gRPC endpoint over TLS (the test CA's server certificate) recording every request."""
+
+    def __init__(self, tls: Tls) -> None:
+        self.requests: list[Request] = []
+        self.lock = threading.Lock()
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self._server)  # type: ignore[no-untyped-call]
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(self, self._server)  # type: ignore[no-untyped-call]
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(self, self._server)  # type: ignore[no-untyped-call]
+        credentials = grpc.ssl_server_credentials(
+            [(tls.server_key.read_bytes(), tls.server_certificate.read_bytes())]
+        )
+        self.endpoint = f"https://127.0.0.1:{self._server.add_secure_port('127.0.0.1:0', credentials)}"
+        self._server.start()
+
+    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
+        signal, response = GRPC_SIGNALS[type(request)]
+        metadata = dict(context.invocation_metadata())
+        headers = {name: str(metadata.get(name, "")) for name in OBSERVED_HEADERS}
+        with self.lock:
+            self.requests.append(_decode(f"grpc/{signal}", headers, request.SerializeToString()))
+        return response()
+
+    def stop(self) -> None:
+        self._server.stop(grace=None).wait()
+
+
+GRPC_TLS_CASES: dict[str, tuple[TlsEnv, tuple[str, ...]]] = {
+    "certificate": (lambda tls: {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.ca)}, ALL_SIGNALS),
+    "per-signal certificate": (
+        lambda tls: {
+            f"OTEL_EXPORTER_OTLP_{signal.upper()}_CERTIFICATE": str(tls.ca) for signal in ALL_SIGNALS
+        },
+        ALL_SIGNALS,
+    ),
+    "no certificate": (lambda tls: FAIL_FAST, ()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRPC_TLS_CASES))
+def test_grpc_over_tls_and_certificates(case: str, tls: Tls, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTLP/gRPC to an ``https`` endpoint: the certificate variables decide alike for both setups."""
+    tls_environ, delivered = GRPC_TLS_CASES[case]
+    ours, theirs = GrpcRecordingServer(tls), GrpcRecordingServer(tls)
+    try:
+        manager = _export_both(
+            lambda url: {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+                "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=t1",
+                **tls_environ(tls),
+            },
+            ours,
+            theirs,
+            monkeypatch,
+        )
+    finally:
+        ours.stop()
+        theirs.stop()
+    plain = _received(theirs)
+    assert _received(ours) == plain
+    assert sorted({request.path.rsplit("/", 1)[-1] for request in plain}) == list(delivered), plain
+    if delivered:
+        assert sum(len(request.spans) for request in plain) == SPANS, plain
+        assert {request.headers["x-tenant"] for request in plain} == {"t1"}, plain
+    else:
+        assert manager.health.dropped() > 0
+
+
+def test_metric_export_interval(
+    servers: tuple[RecordingServer, RecordingServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OTEL_METRIC_EXPORT_INTERVAL``: both setups export metrics on their own, without a flush,
+    on that interval (the default, 60 s, is longer than the wait)."""
+    ours, theirs = servers
+
+    def environ(url: str) -> Mapping[str, str]:
+        return {**HTTP, "OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_METRIC_EXPORT_INTERVAL": "100"}
+
+    def exports(server: RecordingServer) -> list[Request]:
+        return [request for request in _received(server) if "kaos.requests" in request.metric_names]
+
+    with both_setups(environ, ours.endpoint, theirs.endpoint, monkeypatch) as (manager, plain):
+        _record_on_manager(manager)
+        plain.record()
+        assert _wait_until(lambda: len(exports(ours)) >= 2 and len(exports(theirs)) >= 2, 30)
+        assert exports(ours)[0] == exports(theirs)[0]
 
 
 @pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE"])
