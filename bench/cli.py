@@ -69,7 +69,7 @@ FULL = Plan(
     memory_spans=100_000,
     memory_queue=2048,
     throughput_spans=30_000,
-    throughput_rounds=3,
+    throughput_rounds=6,
     mem0_pairs=600,
     import_rounds=20,
 )

@@ -57,6 +57,9 @@ class ContentPolicy:
     _redacted: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Recent short strings and their redacted form: span names, routes, model and agent names
     repeat on nearly every span, and the redactor costs microseconds per call."""
+    _secret_named: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+    """Recent attribute keys and whether :attr:`secret_keys` names them a secret (a few keys
+    repeat on every span)."""
 
     @property
     def capture_on_spans(self) -> bool:
@@ -101,12 +104,21 @@ class ContentPolicy:
     def clean_attribute(self, key: str, value: AttributeValue) -> AttributeValue:
         """Clean one exported attribute value (secret-named keys are masked whole)."""
         if isinstance(value, str):
-            if self.secret_keys.search(key) and value:
+            if value and self._is_secret_named(key):
                 return REDACTED
             return self.clean_text(value, self.max_value_length)
         if isinstance(value, Sequence) and value and isinstance(value[0], str):
             return tuple(self.clean_text(str(item), self.max_value_length) for item in value)
         return value
+
+    def _is_secret_named(self, key: str) -> bool:
+        secret = self._secret_named.get(key)
+        if secret is None:
+            secret = self.secret_keys.search(key) is not None
+            if len(self._secret_named) >= CACHED_TEXTS:
+                self._secret_named.clear()  # bounded, as the text cache
+            self._secret_named[key] = secret
+        return secret
 
     def clean_attributes(self, attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:
         """Clean every value of an attribute mapping."""

@@ -506,7 +506,7 @@ def test_batches_go_out_in_slices_and_a_failed_request_ends_the_batch(fail: bool
         spans.append(span)
     inner = RecordingExporter(fail)
     health = TelemetryHealth()
-    exporter = SanitizingSpanExporter(inner, ContentPolicy(), health, max_request_spans=64)
+    exporter = SanitizingSpanExporter(inner, ContentPolicy(), health)
     result = exporter.export(spans)
     if fail:
         assert result is SpanExportResult.FAILURE
@@ -514,5 +514,10 @@ def test_batches_go_out_in_slices_and_a_failed_request_ends_the_batch(fail: bool
         assert health.dropped("traces") == 300  # ... and all of it is counted as lost
     else:
         assert result is SpanExportResult.SUCCESS
-        assert inner.requests == [64, 64, 64, 64, 44]
+        assert inner.requests == [64, 236]  # a small first request, then larger ones
         assert health.dropped() == 0
+    inner.requests.clear()
+    assert SanitizingSpanExporter(inner, ContentPolicy(), health, max_request_spans=100).export(spans) is (
+        SpanExportResult.FAILURE if fail else SpanExportResult.SUCCESS
+    )
+    assert inner.requests == ([64] if fail else [64, 100, 100, 36])
