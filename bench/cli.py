@@ -211,6 +211,12 @@ class Runner:
         result = collector.throughput(self.plan.throughput_spans, self.plan.throughput_rounds)
         self.figures["throughput_spans_per_s"] = result["spans_per_s"]
         self.figures["throughput_ratio_to_raw_sdk"] = result["ratio_to_raw_sdk"]
+        export = micro.export_costs(self.plan.micro, collector.SPAN_ATTRIBUTES)
+        self.figures["export_cpu_ratio_to_raw_sdk"] = round(export.ratio("kaos"), 4)
+        result["export_cpu_us_per_span"] = {
+            "kaos": round(export.median_us("kaos"), 2),
+            "raw_sdk": round(export.median_us("raw_sdk"), 2),
+        }
         self.details["throughput"] = result
 
     def mem0(self) -> None:
