@@ -120,8 +120,8 @@ reference agent's process). Changes to the core, each with a test that fails wit
   it even when the raw SDK records them: `mem0_raw_sdk_ratio`, the same originals each inside a
   raw-SDK span, measured in place, is the floor. The instrumentor is within about 1% of that
   floor (`mem0_ratio_vs_raw_sdk`), so whether `mem0_overhead_ratio` lands under 1.05 depends on
-  the machine's state more than on kaos-otel (repeated runs: 1.038 to 1.069, floor 1.026 to
-  1.059). With a hosted embedder or LLM extraction (tens to hundreds of milliseconds per call)
+  the machine's state more than on kaos-otel (repeated runs: 1.038 to 1.075, floor 1.026 to
+  1.065). With a hosted embedder or LLM extraction (tens to hundreds of milliseconds per call)
   the ratio is far below 5%.
 - **Collector-down p99.** Nothing on the request path waits for the exporter: p50 and p90 are
   equal up and down, the request thread's CPU per request is within a few percent (the queue-full
@@ -133,9 +133,9 @@ reference agent's process). Changes to the core, each with a test that fails wit
   1.10 and 0.78. Read it together with p50 and p90.
 - **Throughput** (target: at least 0.9x the raw SDK's batch pipeline). kaos-otel cleans (redacts,
   caps) every exported string on the export thread and sends a batch as a few requests (fix 5),
-  about 16% more export-thread CPU per span than the raw SDK (fix 7). Single rounds vary between
+  about 15% more export-thread CPU per span than the raw SDK (fix 7). Single rounds vary between
   0.73 and 1.27 (the receiver process and the producer share two cores), so the figure is the
-  median of six rounds' ratios and moves by several percent between runs (0.85 to 0.94 with
+  median of six rounds' ratios and moves by several percent between runs (0.82 to 0.94 with
   the same code). Earlier changes: the export thread is kaos-otel's own
   (`SpanBatchProcessor`: one lock-free deque, batches taken as soon as one is full), and the
   cleaned form of recent short strings is remembered (`ContentPolicy`, at most 4,096 strings of
