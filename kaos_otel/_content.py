@@ -18,7 +18,9 @@ import re
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel._config import DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT, ContentCapture
@@ -30,6 +32,9 @@ CACHED_TEXT_LENGTH = 256
 """Strings up to this length have their cleaned form remembered (:attr:`ContentPolicy._redacted`)."""
 CACHED_TEXTS = 4096
 """At most this many remembered strings (about 1 MB at most) before the cache starts over."""
+_COPYABLE_MAPPINGS = (BoundedAttributes, MappingProxyType)
+"""The SDK's attribute mappings (a span's ``attributes`` is a read-only proxy of one): their
+``copy()`` is a plain ``dict``."""
 REDACTION_MARGIN = 256
 """Characters past the size cap still scanned, so that a secret the cap cuts through is masked."""
 
@@ -107,6 +112,8 @@ class ContentPolicy:
             if value and self._is_secret_named(key):
                 return REDACTED
             return self.clean_text(value, self.max_value_length)
+        if isinstance(value, int | float):  # before the slower abstract check below; bools too
+            return value
         if isinstance(value, Sequence) and value and isinstance(value[0], str):
             return tuple(self.clean_text(str(item), self.max_value_length) for item in value)
         return value
@@ -124,6 +131,10 @@ class ContentPolicy:
         """Clean every value of an attribute mapping."""
         if not attributes:
             return {}
+        if isinstance(attributes, _COPYABLE_MAPPINGS):
+            # a plain dict, read at C speed: iterating the SDK's locked mapping through its views
+            # cost about 1.5 us per attribute on the export thread
+            attributes = attributes.copy()
         return {key: self.clean_attribute(key, value) for key, value in attributes.items()}
 
     def exception_attributes(self, exc: BaseException) -> dict[str, AttributeValue]:

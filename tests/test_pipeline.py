@@ -383,3 +383,21 @@ def test_settings_never_touch_os_environ(make_otel: MakeOtel) -> None:
     otel.shutdown(2)
     assert dict(os.environ) == before
     assert otel.settings.resource_attributes is None  # the SDK reads OTEL_RESOURCE_ATTRIBUTES itself
+
+
+def test_the_resource_hashes_once_and_like_the_sdks(
+    make_otel: MakeOtel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The OTLP encoders hash each exported span's resource; the SDK's recomputes it every time."""
+    from opentelemetry.sdk.resources import Resource
+
+    otel = make_otel(environ={"OTEL_SERVICE_NAME": "svc"})
+    resource = otel.tracer_provider.resource  # type: ignore[attr-defined]
+    plain = Resource(resource.attributes, resource.schema_url)
+    assert resource == plain and hash(resource) == hash(plain)
+    assert {plain: "grouped"}[resource] == "grouped"
+    recomputed: list[Resource] = []
+    monkeypatch.setattr(Resource, "__hash__", lambda self: recomputed.append(self) or 0)
+    hash(resource)
+    assert recomputed == []
+    otel.shutdown(2)
