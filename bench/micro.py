@@ -21,8 +21,7 @@ from bench._harness import Comparison, NullSpanExporter, Runner, interleaved, nu
 from bench.raw_sdk import AgentLoopTelemetry, RawSdkAgentTelemetry
 from kaos_otel import ContentPolicy, KaosOtelManager, Outcome, TelemetryHealth, catalog
 from kaos_otel._metrics import METER_NAME, CatalogMeterProvider, KaosMetrics, LabelBounds, metric_views
-from kaos_otel._pipeline import HashedOnceResource
-from kaos_otel.exporters.pipeline import SanitizingSpanExporter
+from kaos_otel.exporters.pipeline import HashedOnceResource, SanitizingSpanExporter
 
 ATTRIBUTES: dict[str, Any] = {"app.route": "/chat", "app.attempt": 1}
 """Two attributes on every measured span (as in the peer figures of the reference notes)."""

@@ -41,28 +41,13 @@ from kaos_otel.exporters import (
     otlp_span_exporter,
 )
 from kaos_otel.exporters.health import Signal
+from kaos_otel.exporters.pipeline import HashedOnceResource
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 LOG_EXPORT_BATCH_SIZE = 128
 """Log records per export request unless ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` says otherwise: at
 the capped sizes (8 KiB body plus capped exception attributes) a batch stays well under the
 4 MiB a gRPC receiver or collector accepts."""
-
-
-class HashedOnceResource(Resource):
-    """A :class:`Resource` whose hash is computed once, when it is made.
-
-    The SDK's recomputes its hash on every call (a JSON dump of all its attributes), and the OTLP
-    encoders hash the resource of every span, log record and metric they group: about 9 us per
-    exported span on the export thread. A resource never changes once made.
-    """
-
-    def __init__(self, resource: Resource) -> None:
-        super().__init__(resource.attributes, resource.schema_url)
-        self._hash = super().__hash__()
-
-    def __hash__(self) -> int:
-        return self._hash
 
 
 def build_resource(settings: TelemetrySettings) -> Resource:

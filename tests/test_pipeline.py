@@ -401,3 +401,32 @@ def test_the_resource_hashes_once_and_like_the_sdks(
     hash(resource)
     assert recomputed == []
     otel.shutdown(2)
+
+
+def test_a_host_providers_spans_are_exported_with_a_resource_hashed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``sanitized_exporter`` on a host's own provider, the exported copies carry an equal
+    resource whose hash is not recomputed per span."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from kaos_otel import sanitized_exporter
+
+    exported = InMemorySpanExporter()
+    resource = Resource.create({"service.name": "host-app"})
+    provider = TracerProvider(resource=resource)
+    exporter = sanitized_exporter(exported)
+    assert isinstance(exporter, SpanExporter)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    for name in ("first", "second"):
+        provider.get_tracer("host").start_span(name).end()
+    spans = exported.get_finished_spans()
+    assert [span.resource for span in spans] == [resource, resource]
+    recomputed: list[Resource] = []
+    monkeypatch.setattr(Resource, "__hash__", lambda self: recomputed.append(self) or 0)
+    assert len({hash(span.resource) for span in spans}) == 1
+    assert recomputed == []
+    provider.shutdown()

@@ -16,6 +16,7 @@ from typing import Any
 from opentelemetry.sdk._logs import ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
@@ -101,6 +102,23 @@ held pipeline throughput at about 0.75x the raw SDK's, which sends one); the GIL
 between requests."""
 
 
+class HashedOnceResource(Resource):
+    """A :class:`Resource` whose hash is computed once, when it is made.
+
+    The SDK's recomputes its hash on every call (a JSON dump of all its attributes), and the OTLP
+    encoders hash the resource of every span, log record and metric they group: about 9 us per
+    exported span on the export thread. A resource never changes once made. The manager's
+    providers are given one; :class:`SanitizingSpanExporter` gives its copies one as well.
+    """
+
+    def __init__(self, resource: Resource) -> None:
+        super().__init__(resource.attributes, resource.schema_url)
+        self._hash = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 class _RequestFailed(Exception):
     """An export request failed: the rest of the batch is not sent."""
 
@@ -130,6 +148,7 @@ class SanitizingSpanExporter(SpanExporter):
         self._max_request_spans = max(1, max_request_spans)
         self._first_request_spans = max(1, min(first_request_spans, self._max_request_spans))
         self._in_flight = _InFlight()
+        self._resource: tuple[Resource, Resource] | None = None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Export cleaned copies; a failure is counted, never raised.
@@ -196,7 +215,7 @@ class SanitizingSpanExporter(SpanExporter):
             name=name,
             context=span.context,
             parent=span.parent,
-            resource=span.resource,
+            resource=self._hashed_once(span.resource),
             attributes=attributes,
             events=events,
             links=links,
@@ -207,6 +226,16 @@ class SanitizingSpanExporter(SpanExporter):
             instrumentation_scope=span.instrumentation_scope,
         )
         return cleaned, size
+
+    def _hashed_once(self, resource: Resource) -> Resource:
+        """``resource`` as a :class:`HashedOnceResource` (the spans of a provider share one
+        resource, so the last one converted is remembered)."""
+        last = self._resource
+        if last is not None and last[0] is resource:
+            return last[1]
+        hashed = resource if isinstance(resource, HashedOnceResource) else HashedOnceResource(resource)
+        self._resource = (resource, hashed)
+        return hashed
 
     def shutdown(self) -> None:
         """Shut the wrapped exporter down."""
