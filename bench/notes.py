@@ -133,7 +133,7 @@ reference agent's process). Changes to the core, each with a test that fails wit
   it even when the raw SDK records them: `mem0_raw_sdk_ratio`, the same originals each inside a
   raw-SDK span, measured in place, is the floor. The instrumentor is within about 1% of that
   floor (`mem0_ratio_vs_raw_sdk`), so whether `mem0_overhead_ratio` lands under 1.05 depends on
-  the machine's state more than on kaos-otel (repeated runs: 1.038 to 1.075, floor 1.026 to
+  the machine's state more than on kaos-otel (repeated runs: 1.038 to 1.076, floor 1.026 to
   1.065). With a hosted embedder or LLM extraction (tens to hundreds of milliseconds per call)
   the ratio is far below 5%.
 - **Collector-down p99.** Nothing on the request path waits for the exporter: p50 and p90 are
