@@ -437,10 +437,9 @@ def _throughput_section(result: Mapping[str, Any] | None) -> str:
         "shares the same two cores, which makes single rounds vary by tens of percent.",
         *(
             [
-                "Export-thread CPU per span, measured on its own (512 ended spans: as the manager",
-                "makes them, cleaned then OTLP-encoded, vs as a plain SDK `TracerProvider` makes them,",
-                "OTLP-encoded):",
-                f"{_fmt(cpu['kaos'])} us with kaos-otel, {_fmt(cpu['raw_sdk'])} us with the raw SDK.",
+                "Export-thread CPU per span, measured on its own (512 ended spans, cleaning then OTLP",
+                f"encoding vs OTLP encoding alone): {_fmt(cpu['kaos'])} us with kaos-otel,",
+                f"{_fmt(cpu['raw_sdk'])} us with the raw SDK.",
             ]
             if (cpu := result.get("export_cpu_us_per_span"))
             else []
