@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 from opentelemetry import trace
@@ -396,10 +396,7 @@ def test_the_resource_hashes_once_and_like_the_sdks(
     plain = Resource(resource.attributes, resource.schema_url)
     assert resource == plain and hash(resource) == hash(plain)
     assert {plain: "grouped"}[resource] == "grouped"
-    recomputed: list[Resource] = []
-    monkeypatch.setattr(Resource, "__hash__", lambda self: recomputed.append(self) or 0)
-    hash(resource)
-    assert recomputed == []
+    assert _hashes_recomputed(monkeypatch, [resource]) == 0
     otel.shutdown(2)
 
 
@@ -425,8 +422,22 @@ def test_a_host_providers_spans_are_exported_with_a_resource_hashed_once(
         provider.get_tracer("host").start_span(name).end()
     spans = exported.get_finished_spans()
     assert [span.resource for span in spans] == [resource, resource]
-    recomputed: list[Resource] = []
-    monkeypatch.setattr(Resource, "__hash__", lambda self: recomputed.append(self) or 0)
     assert len({hash(span.resource) for span in spans}) == 1
-    assert recomputed == []
+    assert _hashes_recomputed(monkeypatch, [span.resource for span in spans]) == 0
     provider.shutdown()
+
+
+def _hashes_recomputed(monkeypatch: pytest.MonkeyPatch, resources: Iterable[object]) -> int:
+    """How many of ``resources`` compute the SDK's ``Resource`` hash again when hashed."""
+    from opentelemetry.sdk.resources import Resource
+
+    recomputed: list[Resource] = []
+
+    def recomputing_hash(self: Resource) -> int:
+        recomputed.append(self)
+        return 0
+
+    monkeypatch.setattr(Resource, "__hash__", recomputing_hash)
+    for resource in resources:
+        hash(resource)
+    return len(recomputed)
