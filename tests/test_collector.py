@@ -399,7 +399,7 @@ def test_validate_rejects_a_broken_config(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def test_collector(otlp_receiver: OtlpReceiver, tmp_path: Path) -> Iterator[Collector]:
+def relaying_collector(otlp_receiver: OtlpReceiver, tmp_path: Path) -> Iterator[Collector]:
     """The collector running otelcol-test.yaml, exporting to ``otlp_receiver``."""
     grpc_port, http_port, health_port = free_port(), free_port(), free_port()
     env = {
@@ -423,11 +423,11 @@ def test_collector(otlp_receiver: OtlpReceiver, tmp_path: Path) -> Iterator[Coll
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_collector_relays_traces_metrics_and_logs(
-    protocol: str, test_collector: Collector, otlp_receiver: OtlpReceiver, tmp_path: Path
+    protocol: str, relaying_collector: Collector, otlp_receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
     """SDK -> collector (test config) -> receiver: all three signals arrive intact, secrets masked."""
     service = f"collector-e2e-{protocol.replace('/', '-')}"
-    endpoint = test_collector.grpc_endpoint if protocol == "grpc" else test_collector.http_endpoint
+    endpoint = relaying_collector.grpc_endpoint if protocol == "grpc" else relaying_collector.http_endpoint
     otel = make_manager(service, endpoint, protocol)
     logger = logging.getLogger(f"kaos.test.collector.{protocol}")
     try:
@@ -446,7 +446,7 @@ def test_collector_relays_traces_metrics_and_logs(
             and len(logs_with(otlp_receiver.logs(), "upstream rejected key", service)) == 1
         )
 
-    wait_until(arrived, "spans, metrics (incl. spanmetrics) and logs at the receiver", test_collector)
+    wait_until(arrived, "spans, metrics (incl. spanmetrics) and logs at the receiver", relaying_collector)
 
     spans = spans_by_name(otlp_receiver.spans(), sent.trace_id)
     assert_spans_intact(spans, sent, service)
@@ -487,7 +487,7 @@ def test_collector_relays_traces_metrics_and_logs(
             and logs_with(data.logs, "upstream rejected key", service)
         )
 
-    wait_until(in_file, "the file exporter's OTLP/JSON lines", test_collector)
+    wait_until(in_file, "the file exporter's OTLP/JSON lines", relaying_collector)
     written = load_otlp_json(file_path)
     file_spans = spans_by_name(written.spans, sent.trace_id)
     assert_spans_intact(file_spans, sent, service)
