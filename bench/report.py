@@ -483,7 +483,7 @@ def _mem0_section(result: Mapping[str, Any] | str | None) -> str:
             "",
             _para(
                 "In a tight loop (warm caches) one memory span as the instrumentor records it costs",
-                f"{_fmt(span['kaos_us'])} us and its raw-SDK equivalent {_fmt(span['raw_sdk_us'])} us",
+                f"{_us(span, 'kaos_us')} us and its raw-SDK equivalent {_us(span, 'raw_sdk_us')} us",
                 f"(ratio {_fmt(span['ratio'])}): in place, between Mem0's own work, the same telemetry",
                 f"costs {per_call / span['kaos_us']:.1f} times as much.",
             ),
