@@ -7,8 +7,9 @@ Each case sets one group of variables the SDK or the OTLP exporters honour, then
 ``BatchLogRecordProcessor``, each with the OTLP exporter its protocol names), records spans, a
 counter and log records on each (on the manager through Python ``logging``, which it bridges), and
 compares what real receivers got: which server and URL path, the request headers and compression,
-the resource, span names, log bodies and attribute values (limits), how many spans or log records
-per request (batch sizes), and whether anything arrived (sampler, ``OTEL_SDK_DISABLED``). Over
+the resource, span names, log bodies and attribute values (limits), each metric's kind, temporality
+and exemplar count, how many spans or log records per request (batch sizes), and whether anything
+arrived (sampler, ``OTEL_SDK_DISABLED``). Over
 HTTPS and gRPC over TLS (a test CA and certificates made here), the certificate and client
 certificate variables decide alike what is delivered and what the server refuses. With
 ``OTEL_METRIC_EXPORT_INTERVAL`` both export metrics on their own, without a flush.
@@ -53,12 +54,12 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import AggregationTemporality, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from kaos_otel import KaosOtelManager
+from kaos_otel import KaosOtelManager, catalog
 from kaos_otel.receiver import OtlpReceiver
 
 OBSERVED_HEADERS = ("x-tenant", "x-signal", "content-encoding", "content-type")
@@ -66,6 +67,18 @@ LONG_VALUE = "v" * 40
 SPANS = 5
 LOGS = 5
 LOGGER = "parity"
+
+
+@dataclass(frozen=True, order=True)
+class Metric:
+    """One exported metric, reduced to what a setting can change."""
+
+    name: str
+    kind: str
+    """The OTLP data field set: ``sum``, ``histogram``, ``exponential_histogram``..."""
+    temporality: int
+    """``AggregationTemporality`` of a sum or histogram (0 for a gauge)."""
+    exemplars: int
 
 
 @dataclass
@@ -76,7 +89,7 @@ class Request:
     headers: dict[str, str]
     spans: list[tuple[str, tuple[tuple[str, Any], ...]]] = field(default_factory=list)
     resource: tuple[tuple[str, Any], ...] = ()
-    metric_names: tuple[str, ...] = ()
+    metrics: tuple[Metric, ...] = ()
     logs: list[tuple[str, tuple[tuple[str, Any], ...]]] = field(default_factory=list)
 
 
@@ -156,9 +169,9 @@ def _decode(path: str, headers: dict[str, str], body: bytes) -> Request:
         metrics = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
         for resource_metrics in metrics.resource_metrics:
             request.resource = _kv(resource_metrics.resource.attributes)
-        request.metric_names = tuple(
+        request.metrics = tuple(
             sorted(
-                metric.name
+                _metric(metric)
                 for resource_metrics in metrics.resource_metrics
                 for scope in resource_metrics.scope_metrics
                 for metric in scope.metrics
@@ -176,6 +189,17 @@ def _decode(path: str, headers: dict[str, str], body: bytes) -> Request:
                 for record in scope.log_records
             ]
     return request
+
+
+def _metric(metric: Any) -> Metric:
+    kind = metric.WhichOneof("data")
+    data = getattr(metric, kind)
+    return Metric(
+        metric.name,
+        kind,
+        getattr(data, "aggregation_temporality", 0),
+        sum(len(point.exemplars) for point in data.data_points),
+    )
 
 
 def _kv(attributes: Any) -> tuple[tuple[str, Any], ...]:
@@ -323,6 +347,16 @@ CASES: dict[str, Env] = {
         "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE": "2",
         "OTEL_BLRP_SCHEDULE_DELAY": "60000",
     },
+    "metric temporality preference": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "delta",
+    },
+    "exemplar filter": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_METRICS_EXEMPLAR_FILTER": "always_off",
+    },
     "sdk disabled": lambda url: {**HTTP, "OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_SDK_DISABLED": "true"},
 }
 
@@ -384,11 +418,12 @@ class PlainSdk:
 
 
 def _record(tracer_provider: Any, meter_provider: Any) -> None:
+    """Spans, each counting a request inside it (so the default exemplar filter keeps one)."""
     tracer = tracer_provider.get_tracer("kaos_otel")
+    requests = meter_provider.get_meter("kaos_otel").create_counter("kaos.requests")
     for index in range(SPANS):
         with tracer.start_as_current_span("parity", attributes={"long": LONG_VALUE, "index": index}):
-            pass
-    meter_provider.get_meter("kaos_otel").create_counter("kaos.requests").add(1, {"kaos.outcome": "success"})
+            requests.add(1, {"kaos.outcome": "success"})
 
 
 def _record_on_manager(manager: KaosOtelManager) -> None:
@@ -401,8 +436,10 @@ def _record_on_manager(manager: KaosOtelManager) -> None:
 
 def _received(server: Recorder) -> list[Request]:
     with server.lock:
-        requests = list(server.requests)
-    return sorted(requests, key=lambda r: (r.path, len(r.spans), r.metric_names, len(r.logs)))
+        # a metric export holding nothing but the manager's own health metric (with delta
+        # temporality, the one at shutdown) has no counterpart in the plain SDK
+        requests = [r for r in server.requests if r.metrics or not r.path.endswith("metrics")]
+    return sorted(requests, key=lambda r: (r.path, len(r.spans), r.metrics, len(r.logs)))
 
 
 @contextmanager
@@ -450,6 +487,15 @@ def test_manager_and_plain_sdk_export_alike(
     else:
         assert sum(len(request.spans) for request in plain) == SPANS, plain
     assert sum(len(request.logs) for request in plain) == (0 if case == "sdk disabled" else LOGS), plain
+    # each export of the request counter (the flush's, then shutdown's): its temporality, and an
+    # exemplar from a sampled span unless the filter is off or no span was sampled
+    counted = [metric for request in plain for metric in request.metrics if metric.name == "kaos.requests"]
+    if case != "sdk disabled":
+        delta = case == "metric temporality preference"
+        temporality = AggregationTemporality.DELTA if delta else AggregationTemporality.CUMULATIVE
+        assert {(metric.kind, metric.temporality) for metric in counted} == {("sum", temporality)}, counted
+        no_sampled_span = case in ("exemplar filter", "sampler always_off", "sampler ratio 0")
+        assert max(metric.exemplars for metric in counted) == (0 if no_sampled_span else 1), counted
 
 
 @dataclass(frozen=True)
@@ -712,13 +758,49 @@ def test_metric_export_interval(
         return {**HTTP, "OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_METRIC_EXPORT_INTERVAL": "100"}
 
     def exports(server: RecordingServer) -> list[Request]:
-        return [request for request in _received(server) if "kaos.requests" in request.metric_names]
+        return [
+            request
+            for request in _received(server)
+            if any(metric.name == "kaos.requests" for metric in request.metrics)
+        ]
 
     with both_setups(environ, ours.endpoint, theirs.endpoint, monkeypatch) as (manager, plain):
         _record_on_manager(manager)
         plain.record()
         assert _wait_until(lambda: len(exports(ours)) >= 2 and len(exports(theirs)) >= 2, 30)
         assert exports(ours)[0] == exports(theirs)[0]
+
+
+def test_catalog_histograms_keep_their_buckets_whatever_the_default_aggregation(
+    servers: tuple[RecordingServer, RecordingServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION``, the one deliberate difference:
+    the plain SDK's histogram becomes exponential, the manager's catalog histograms keep their
+    explicit buckets (SigNoz drops exponential histograms)."""
+    ours, theirs = servers
+    name = catalog.KAOS_REQUEST_DURATION
+
+    def environ(url: str) -> Mapping[str, str]:
+        return {
+            **HTTP,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+            "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION": "base2_exponential_bucket_histogram",
+        }
+
+    def kinds(server: RecordingServer) -> set[str]:
+        metrics = [metric for request in _received(server) for metric in request.metrics]
+        return {metric.kind for metric in metrics if metric.name == name}
+
+    with both_setups(environ, ours.endpoint, theirs.endpoint, monkeypatch) as (manager, plain):
+        for provider in (manager.meter_provider, plain.meter_provider):
+            histogram = provider.get_meter("kaos_otel").create_histogram(
+                name, unit=catalog.METRICS_BY_NAME[name].unit
+            )
+            histogram.record(0.2, {catalog.KAOS_OUTCOME: "success"})
+        manager.force_flush(10)
+        plain.flush()
+    assert kinds(theirs) == {"exponential_histogram"}
+    assert kinds(ours) == {"histogram"}
 
 
 @pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_INSECURE", "OTEL_EXPORTER_OTLP_TRACES_INSECURE"])
