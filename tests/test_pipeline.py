@@ -9,13 +9,16 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pytest
 from opentelemetry import trace
 
 from kaos_otel import KaosOtelManager
+from kaos_otel.exporters.batch import BatchQueue, BatchSettings
+from kaos_otel.exporters.health import TelemetryHealth
 from kaos_otel.receiver import OtlpReceiver
 
 PROTOCOLS = ["grpc", "http/protobuf"]
@@ -157,6 +160,36 @@ def test_full_queue_drops_are_counted(make_otel: MakeOtel, otlp_receiver: OtlpRe
     assert otel.shutdown(timeout=1) is False
     # whatever did not fall out of the queue was lost at shutdown: all 300 accounted for
     assert otel.health.dropped("traces") == 300, otel.health.snapshot()
+
+
+def test_only_full_batches_leave_early_the_rest_waits_as_in_the_sdk() -> None:
+    """When the queue fills a batch, only full batches are exported (the SDK's batch processors'
+    rule): an item queued while that export runs waits for the schedule delay or a flush."""
+    exported: list[list[int]] = []
+    exporting = threading.Event()
+    release = threading.Event()
+
+    def export(batch: Sequence[int]) -> None:
+        exported.append(list(batch))
+        exporting.set()
+        release.wait(5)
+
+    settings = BatchSettings(max_queue_size=10, max_export_batch_size=2, schedule_delay_ms=60_000)
+    queue = BatchQueue("traces", export, TelemetryHealth(), settings)
+    try:
+        queue.put(0)
+        queue.put(1)  # a full batch: the export thread wakes
+        assert exporting.wait(5)
+        queue.put(2)
+        release.set()
+        time.sleep(0.2)
+        assert exported == [[0, 1]]
+        assert len(queue) == 1
+        assert queue.force_flush(5)
+        assert exported == [[0, 1], [2]]
+    finally:
+        release.set()
+        queue.shutdown(5)
 
 
 # --- disabled, no endpoint, host providers -------------------------------------------------------

@@ -112,7 +112,12 @@ def _positive_int(environ: Mapping[str, str], name: str, default: int) -> int:
 
 
 class BatchQueue(Generic[T]):
-    """A bounded queue drained by one daemon export thread."""
+    """A bounded queue drained by one daemon export thread.
+
+    Batches leave as in the SDK's batch processors: when the queue holds a full batch, only full
+    batches are exported; what is left waits for the schedule delay, a flush or the shutdown,
+    which export everything queued.
+    """
 
     def __init__(
         self,
@@ -181,20 +186,21 @@ class BatchQueue(Generic[T]):
     def _run(self) -> None:
         with exporting(), _suppress_instrumentation():
             while True:
-                self._wake.wait(self._delay_s)
+                woken = self._wake.wait(self._delay_s)
                 self._wake.clear()
                 with self._flush_lock:
                     flushes, self._flush_requests = self._flush_requests, []
-                self._drain()
+                self._drain(full_batches_only=woken and not flushes and not self._closed)
                 for finished in flushes:
                     finished.set()
                 if self._closed:
                     return
 
-    def _batches(self) -> Iterator[list[T]]:
+    def _batches(self, *, full_batches_only: bool) -> Iterator[list[T]]:
         queue = self._queue
         size = self._settings.max_export_batch_size
-        while queue and not self._abandoned:
+        least = size if full_batches_only else 1
+        while len(queue) >= least and not self._abandoned:
             batch: list[T] = []
             try:
                 while len(batch) < size:
@@ -203,8 +209,8 @@ class BatchQueue(Generic[T]):
                 pass
             yield batch
 
-    def _drain(self) -> None:
-        for batch in self._batches():
+    def _drain(self, *, full_batches_only: bool) -> None:
+        for batch in self._batches(full_batches_only=full_batches_only):
             try:
                 self._export(batch)
             except Exception as exc:  # the exporter wrappers count failures; this is a last resort
