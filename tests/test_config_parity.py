@@ -58,6 +58,7 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, PeriodicExp
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from kaos_otel import KaosOtelManager, catalog
 from kaos_otel.receiver import OtlpReceiver
@@ -67,6 +68,12 @@ LONG_VALUE = "v" * 40
 SPANS = 5
 LOGS = 5
 LOGGER = "parity"
+LINKED = SpanContext(trace_id=0x5CE0E9A5, span_id=0x5CE0, is_remote=True, trace_flags=TraceFlags.get_default())
+
+
+Attributes = tuple[tuple[str, Any], ...]
+Span = tuple[str, Attributes, tuple[tuple[str, Attributes], ...], tuple[Attributes, ...]]
+"""A span's name and attributes, its events' names and attributes, its links' attributes."""
 
 
 @dataclass(frozen=True, order=True)
@@ -87,7 +94,7 @@ class Request:
 
     path: str
     headers: dict[str, str]
-    spans: list[tuple[str, tuple[tuple[str, Any], ...]]] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
     resource: tuple[tuple[str, Any], ...] = ()
     metrics: tuple[Metric, ...] = ()
     logs: list[tuple[str, tuple[tuple[str, Any], ...]]] = field(default_factory=list)
@@ -164,7 +171,15 @@ def _decode(path: str, headers: dict[str, str], body: bytes) -> Request:
         for resource_spans in traces.resource_spans:
             request.resource = _kv(resource_spans.resource.attributes)
             for scope in resource_spans.scope_spans:
-                request.spans += [(span.name, _kv(span.attributes)) for span in scope.spans]
+                request.spans += [
+                    (
+                        span.name,
+                        _kv(span.attributes),
+                        tuple((event.name, _kv(event.attributes)) for event in span.events),
+                        tuple(_kv(link.attributes) for link in span.links),
+                    )
+                    for span in scope.spans
+                ]
     elif path.endswith("metrics"):
         metrics = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
         for resource_metrics in metrics.resource_metrics:
@@ -202,7 +217,7 @@ def _metric(metric: Any) -> Metric:
     )
 
 
-def _kv(attributes: Any) -> tuple[tuple[str, Any], ...]:
+def _kv(attributes: Any) -> Attributes:
     pairs = []
     for kv in attributes:
         value = kv.value
@@ -335,6 +350,31 @@ CASES: dict[str, Env] = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": url,
         "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "1",
     },
+    "span event count limit": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_SPAN_EVENT_COUNT_LIMIT": "0",
+    },
+    "event attribute count limit": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT": "1",
+    },
+    "span link count limit": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_SPAN_LINK_COUNT_LIMIT": "0",
+    },
+    "link attribute count limit": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT": "1",
+    },
+    "general attribute count limit": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_ATTRIBUTE_COUNT_LIMIT": "1",
+    },
     "batch size": lambda url: {
         **HTTP,
         "OTEL_EXPORTER_OTLP_ENDPOINT": url,
@@ -418,11 +458,15 @@ class PlainSdk:
 
 
 def _record(tracer_provider: Any, meter_provider: Any) -> None:
-    """Spans, each counting a request inside it (so the default exemplar filter keeps one)."""
+    """Spans, each with an event and a link and counting a request inside it (so the default
+    exemplar filter keeps one)."""
     tracer = tracer_provider.get_tracer("kaos_otel")
     requests = meter_provider.get_meter("kaos_otel").create_counter("kaos.requests")
     for index in range(SPANS):
-        with tracer.start_as_current_span("parity", attributes={"long": LONG_VALUE, "index": index}):
+        attributes = {"long": LONG_VALUE, "index": index}
+        link = Link(LINKED, attributes)
+        with tracer.start_as_current_span("parity", attributes=attributes, links=[link]) as span:
+            span.add_event("parity event", attributes)
             requests.add(1, {"kaos.outcome": "success"})
 
 
@@ -486,6 +530,14 @@ def test_manager_and_plain_sdk_export_alike(
         assert not any(request.spans for request in plain), plain
     else:
         assert sum(len(request.spans) for request in plain) == SPANS, plain
+        events = [event for request in plain for span in request.spans for event in span[2]]
+        assert len(events) == (0 if case == "span event count limit" else SPANS), events
+        attribute_count = 1 if case in ("event attribute count limit", "general attribute count limit") else 2
+        assert all(len(attributes) == attribute_count for _, attributes in events), events
+        links = [link for request in plain for span in request.spans for link in span[3]]
+        assert len(links) == (0 if case == "span link count limit" else SPANS), links
+        attribute_count = 1 if case in ("link attribute count limit", "general attribute count limit") else 2
+        assert all(len(attributes) == attribute_count for attributes in links), links
     assert sum(len(request.logs) for request in plain) == (0 if case == "sdk disabled" else LOGS), plain
     # each export of the request counter (the flush's, then shutdown's): its temporality, and an
     # exemplar from a sampled span unless the filter is off or no span was sampled
