@@ -59,6 +59,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, SpanContext, TraceFlags
+from opentelemetry.util.types import AttributeValue
 
 from kaos_otel import KaosOtelManager, catalog
 from kaos_otel.receiver import OtlpReceiver
@@ -68,7 +69,7 @@ LONG_VALUE = "v" * 40
 SPANS = 5
 LOGS = 5
 LOGGER = "parity"
-LINKED = SpanContext(trace_id=0x5CE0E9A5, span_id=0x5CE0, is_remote=True, trace_flags=TraceFlags.get_default())
+LINKED = SpanContext(trace_id=0x5CE0E9A5, span_id=0x5CE0, is_remote=True, trace_flags=TraceFlags(0))
 
 
 Attributes = tuple[tuple[str, Any], ...]
@@ -463,7 +464,7 @@ def _record(tracer_provider: Any, meter_provider: Any) -> None:
     tracer = tracer_provider.get_tracer("kaos_otel")
     requests = meter_provider.get_meter("kaos_otel").create_counter("kaos.requests")
     for index in range(SPANS):
-        attributes = {"long": LONG_VALUE, "index": index}
+        attributes: dict[str, AttributeValue] = {"long": LONG_VALUE, "index": index}
         link = Link(LINKED, attributes)
         with tracer.start_as_current_span("parity", attributes=attributes, links=[link]) as span:
             span.add_event("parity event", attributes)
