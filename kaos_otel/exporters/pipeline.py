@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, overload
 
 from opentelemetry.sdk._logs import ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
@@ -388,6 +388,18 @@ def _attributes_size(attributes: Mapping[str, AttributeValue] | None) -> int:
 def _text_size(text: str) -> int:
     """UTF-8 size of ``text``, overestimated as 4 bytes a character unless it is ASCII."""
     return len(text) if text.isascii() else 4 * len(text)
+
+
+@overload
+def sanitized_exporter(
+    exporter: SpanExporter, policy: ContentPolicy | None = None, health: TelemetryHealth | None = None
+) -> SpanExporter: ...
+
+
+@overload
+def sanitized_exporter(
+    exporter: LogRecordExporter, policy: ContentPolicy | None = None, health: TelemetryHealth | None = None
+) -> LogRecordExporter: ...
 
 
 def sanitized_exporter(
