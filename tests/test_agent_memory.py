@@ -149,7 +149,7 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     cluster: PostgresCluster = request.getfixturevalue("postgres")
     name = f"kaos_{uuid.uuid4().hex[:12]}"
     with cluster.connect() as conn:
-        conn.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+        conn.execute(f"CREATE DATABASE {name}")
     return cluster.url(name)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk._logs import LoggerProvider
@@ -30,7 +31,7 @@ SECRET = "sk-proj-" + "Zx9" * 12
 """An OpenAI-style key: the default redactor masks it wherever it appears."""
 
 
-def _emit_everywhere(tracer_provider: TracerProvider, logger: logging.Logger) -> None:
+def _emit_everywhere(tracer_provider: trace.TracerProvider, logger: logging.Logger) -> None:
     tracer = tracer_provider.get_tracer("safety")
     with tracer.start_as_current_span("linked") as linked:
         pass

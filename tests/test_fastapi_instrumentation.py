@@ -129,7 +129,8 @@ def test_a_second_call_is_ignored(make_otel: MakeOtel, caplog: pytest.LogCapture
     instrument_app(app, otel)
     with caplog.at_level(logging.WARNING, "kaos_otel"):
         instrument_app(app, otel)
-    assert [m.cls for m in app.user_middleware] == [TraceContextMiddleware]
+    middleware: list[object] = [m.cls for m in app.user_middleware]
+    assert middleware == [TraceContextMiddleware]
     assert "already called" in caplog.text
 
 

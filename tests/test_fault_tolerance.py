@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from net_support import free_port
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kaos_otel import ContentPolicy, KaosOtelManager, SpanHandle, catalog, run_in_executor_in_context
 from kaos_otel._logs import KaosLoggingHandler
@@ -497,13 +498,13 @@ class RecordingExporter(SpanExporter):
 
 @pytest.mark.parametrize("fail", [False, True])
 def test_batches_go_out_in_slices_and_a_failed_request_ends_the_batch(fail: bool) -> None:
+    finished = InMemorySpanExporter()
     provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(finished))
     tracer = provider.get_tracer("slices")
-    spans = []
     for i in range(300):
-        span = tracer.start_span("slice", attributes={"test.index": i})
-        span.end()
-        spans.append(span)
+        tracer.start_span("slice", attributes={"test.index": i}).end()
+    spans = finished.get_finished_spans()
     inner = RecordingExporter(fail)
     health = TelemetryHealth()
     exporter = SanitizingSpanExporter(inner, ContentPolicy(), health)

@@ -6,9 +6,11 @@ on the version's unique key has nothing left to do. It must not degrade the requ
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from instrumented_agent.memory import RelationalStore, Turn
+from instrumented_agent.memory.relational import Compaction
 from instrumented_agent.memory.scopes import Owner
 from instrumented_agent.memory.service import summarise
 
@@ -19,9 +21,9 @@ def test_a_compaction_that_loses_the_race_for_a_summary_version_is_a_no_op(tmp_p
     store = RelationalStore(f"sqlite:///{tmp_path / 'memory.db'}")
     store.ensure_schema()
     store.append(OWNER, [Turn("user", f"turn {i} " + "word " * 20) for i in range(4)])
-    winners = []
+    winners: list[Compaction | None] = []
 
-    def summarise_while_another_compacts(previous: str | None, folded: tuple[Turn, ...]) -> str:
+    def summarise_while_another_compacts(previous: str | None, folded: Sequence[Turn]) -> str:
         if not winners:  # the other compaction reads the same window and commits first
             winners.append(store.compact(OWNER, 40, summarise))
         return summarise(previous, folded)
