@@ -7,11 +7,11 @@ Each case sets one group of variables the SDK or the OTLP exporters honour, then
 ``BatchLogRecordProcessor``, each with the OTLP exporter its protocol names), records spans, a
 counter and log records on each (on the manager through Python ``logging``, which it bridges), and
 compares what real receivers got: which server and URL path, the request headers and compression,
-the resource, span names, log bodies and attribute values (limits), each metric's kind, temporality
-and exemplar count, how many spans or log records per request (batch sizes), and whether anything
-arrived (sampler, ``OTEL_SDK_DISABLED``). Over
-HTTPS and gRPC over TLS (a test CA and certificates made here), the certificate and client
-certificate variables decide alike what is delivered and what the server refuses. With
+the resource, span names, log bodies and the attributes of spans, events, links and log records
+(limits), each metric's kind, temporality and exemplar count, how many spans or log records per
+request (batch sizes), and whether anything arrived (sampler, ``OTEL_SDK_DISABLED``). Over HTTPS
+and gRPC over TLS (a test CA and certificates made here), the certificate and client certificate
+variables decide alike what is delivered and what the server refuses. With
 ``OTEL_METRIC_EXPORT_INTERVAL`` both export metrics on their own, without a flush.
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import grpc
 import pytest
@@ -73,8 +73,17 @@ LINKED = SpanContext(trace_id=0x5CE0E9A5, span_id=0x5CE0, is_remote=True, trace_
 
 
 Attributes = tuple[tuple[str, Any], ...]
-Span = tuple[str, Attributes, tuple[tuple[str, Attributes], ...], tuple[Attributes, ...]]
-"""A span's name and attributes, its events' names and attributes, its links' attributes."""
+
+
+class ExportedSpan(NamedTuple):
+    """One exported span, reduced to what a setting can change."""
+
+    name: str
+    attributes: Attributes
+    events: tuple[tuple[str, Attributes], ...]
+    """Name and attributes of each event."""
+    links: tuple[Attributes, ...]
+    """Attributes of each link."""
 
 
 @dataclass(frozen=True, order=True)
@@ -95,7 +104,7 @@ class Request:
 
     path: str
     headers: dict[str, str]
-    spans: list[Span] = field(default_factory=list)
+    spans: list[ExportedSpan] = field(default_factory=list)
     resource: tuple[tuple[str, Any], ...] = ()
     metrics: tuple[Metric, ...] = ()
     logs: list[tuple[str, tuple[tuple[str, Any], ...]]] = field(default_factory=list)
@@ -173,7 +182,7 @@ def _decode(path: str, headers: dict[str, str], body: bytes) -> Request:
             request.resource = _kv(resource_spans.resource.attributes)
             for scope in resource_spans.scope_spans:
                 request.spans += [
-                    (
+                    ExportedSpan(
                         span.name,
                         _kv(span.attributes),
                         tuple((event.name, _kv(event.attributes)) for event in span.events),
@@ -531,14 +540,16 @@ def test_manager_and_plain_sdk_export_alike(
         assert not any(request.spans for request in plain), plain
     else:
         assert sum(len(request.spans) for request in plain) == SPANS, plain
-        events = [event for request in plain for span in request.spans for event in span[2]]
-        assert len(events) == (0 if case == "span event count limit" else SPANS), events
-        attribute_count = 1 if case in ("event attribute count limit", "general attribute count limit") else 2
-        assert all(len(attributes) == attribute_count for _, attributes in events), events
-        links = [link for request in plain for span in request.spans for link in span[3]]
-        assert len(links) == (0 if case == "span link count limit" else SPANS), links
-        attribute_count = 1 if case in ("link attribute count limit", "general attribute count limit") else 2
-        assert all(len(attributes) == attribute_count for attributes in links), links
+        spans = [span for request in plain for span in request.spans]
+        event_attributes = [attributes for span in spans for _, attributes in span.events]
+        link_attributes = [attributes for span in spans for attributes in span.links]
+        for found, count_case, attribute_case in (
+            (event_attributes, "span event count limit", "event attribute count limit"),
+            (link_attributes, "span link count limit", "link attribute count limit"),
+        ):
+            assert len(found) == (0 if case == count_case else SPANS), found
+            attribute_count = 1 if case in (attribute_case, "general attribute count limit") else 2
+            assert all(len(attributes) == attribute_count for attributes in found), found
     assert sum(len(request.logs) for request in plain) == (0 if case == "sdk disabled" else LOGS), plain
     # each export of the request counter (the flush's, then shutdown's): its temporality, and an
     # exemplar from a sampled span unless the filter is off or no span was sampled
