@@ -15,8 +15,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kaos_otel import KaosOtelManager
+from kaos_otel import KaosOtelManager, sanitized_exporter
 from kaos_otel.exporters.batch import BatchQueue, BatchSettings
 from kaos_otel.exporters.health import TelemetryHealth
 from kaos_otel.receiver import OtlpReceiver
@@ -422,8 +426,6 @@ def test_the_resource_hashes_once_and_like_the_sdks(
     make_otel: MakeOtel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The OTLP encoders hash each exported span's resource; the SDK's recomputes it every time."""
-    from opentelemetry.sdk.resources import Resource
-
     otel = make_otel(environ={"OTEL_SERVICE_NAME": "svc"})
     resource = otel.tracer_provider.resource  # type: ignore[attr-defined]
     plain = Resource(resource.attributes, resource.schema_url)
@@ -438,13 +440,6 @@ def test_a_host_providers_spans_are_exported_with_a_resource_hashed_once(
 ) -> None:
     """With ``sanitized_exporter`` on a host's own provider, the exported copies carry an equal
     resource whose hash is not recomputed per span."""
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from kaos_otel import sanitized_exporter
-
     exported = InMemorySpanExporter()
     resource = Resource.create({"service.name": "host-app"})
     provider = TracerProvider(resource=resource)
@@ -462,8 +457,6 @@ def test_a_host_providers_spans_are_exported_with_a_resource_hashed_once(
 
 def _hashes_recomputed(monkeypatch: pytest.MonkeyPatch, resources: Iterable[object]) -> int:
     """How many of ``resources`` compute the SDK's ``Resource`` hash again when hashed."""
-    from opentelemetry.sdk.resources import Resource
-
     recomputed: list[Resource] = []
 
     def recomputing_hash(self: Resource) -> int:
