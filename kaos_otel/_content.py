@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TypeVar
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AttributeValue
@@ -37,6 +38,18 @@ _COPYABLE_MAPPINGS = (BoundedAttributes, MappingProxyType)
 ``copy()`` is a plain ``dict``."""
 REDACTION_MARGIN = 256
 """Characters past the size cap still scanned, so that a secret the cap cuts through is masked."""
+
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
+
+
+def remember(cache: dict[_Key, _Value], key: _Key, value: _Value) -> _Value:
+    """Keep ``value`` under ``key`` in a bounded cache (emptied once it holds :data:`CACHED_TEXTS`
+    entries; the next lookups refill it) and return it."""
+    if len(cache) >= CACHED_TEXTS:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def cap_text(text: str, limit: int) -> str:
@@ -79,10 +92,7 @@ class ContentPolicy:
         if len(text) <= CACHED_TEXT_LENGTH:
             redacted = self._redacted.get(text)
             if redacted is None:
-                redacted = self.redactor(text)
-                if len(self._redacted) >= CACHED_TEXTS:
-                    self._redacted.clear()  # a bounded cache; the next strings refill it
-                self._redacted[text] = redacted
+                redacted = remember(self._redacted, text, self.redactor(text))
             return redacted if len(redacted) <= limit else cap_text(redacted, limit)
         return self._clean_text(text, limit)
 
@@ -121,10 +131,7 @@ class ContentPolicy:
     def _is_secret_named(self, key: str) -> bool:
         secret = self._secret_named.get(key)
         if secret is None:
-            secret = self.secret_keys.search(key) is not None
-            if len(self._secret_named) >= CACHED_TEXTS:
-                self._secret_named.clear()  # bounded, as the text cache
-            self._secret_named[key] = secret
+            secret = remember(self._secret_named, key, self.secret_keys.search(key) is not None)
         return secret
 
     def clean_attributes(self, attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:

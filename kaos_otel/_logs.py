@@ -12,7 +12,7 @@ from opentelemetry import trace
 from opentelemetry._logs import LoggerProvider, LogRecord, SeverityNumber
 from opentelemetry.util.types import AnyValue
 
-from kaos_otel._content import ContentPolicy
+from kaos_otel._content import ContentPolicy, remember
 from kaos_otel._internal_log import internal_error
 
 CONTENT_LOGGERS: tuple[str, ...] = ("mem0",)
@@ -70,14 +70,20 @@ class KaosLoggingHandler(logging.Handler):
         super().__init__(level=level)
         self.logger_provider = logger_provider
         self._policy = policy
+        self._exported_loggers: dict[str, bool] = {}
+        """Logger names and whether their records may be exported (a few names log everything)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Keep records that may be exported."""
-        if _matches(record.name, INTERNAL_LOGGERS):
+        exported = self._exported_loggers.get(record.name)
+        if exported is None:
+            exported = remember(self._exported_loggers, record.name, self._exports(record.name))
+        return exported and bool(super().filter(record))
+
+    def _exports(self, logger_name: str) -> bool:
+        if _matches(logger_name, INTERNAL_LOGGERS):
             return False
-        if not self._policy.capture.enabled and _matches(record.name, CONTENT_LOGGERS):
-            return False
-        return bool(super().filter(record))
+        return self._policy.capture.enabled or not _matches(logger_name, CONTENT_LOGGERS)
 
     def emit(self, record: logging.LogRecord) -> None:
         """Translate and emit ``record``; never raises."""

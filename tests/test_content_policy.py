@@ -11,8 +11,11 @@ import time
 from collections.abc import Callable
 
 import pytest
+from opentelemetry.sdk._logs import LoggerProvider
 
-from kaos_otel import KaosOtelManager, catalog
+from kaos_otel import ContentCapture, KaosOtelManager, catalog
+from kaos_otel._content import CACHED_TEXTS, ContentPolicy, remember
+from kaos_otel._logs import KaosLoggingHandler
 from kaos_otel.receiver import OtlpReceiver, ReceivedLog, ReceivedSpan
 
 MakeOtel = Callable[..., KaosOtelManager]
@@ -337,3 +340,36 @@ def test_model_controlled_names_never_name_spans_or_logs(
         assert tool.split()[1].encode() not in payload
         assert target.split()[1].encode() not in payload
         assert catalog.KAOS_REQUESTED_NAME not in tool_span.attributes
+
+
+@pytest.mark.parametrize("capture", [ContentCapture.NO_CONTENT, ContentCapture.SPAN_ONLY])
+def test_the_log_bridge_takes_application_loggers_and_content_loggers_only_with_capture_on(
+    capture: ContentCapture,
+) -> None:
+    handler = KaosLoggingHandler(LoggerProvider(), ContentPolicy(capture=capture))
+    exported = {
+        "app": True,
+        "app.tools": True,
+        "kaos_otel": True,
+        "mem0": capture.enabled,
+        "mem0.memory.main": capture.enabled,
+        "mem0x": True,
+        "opentelemetry.sdk._shared_internal": False,
+        "grpc": False,
+        "grpcio": True,
+        "kaos_otel.exporters.batch": False,
+    }
+    for _ in range(2):  # the second pass answers from the names the first one remembered
+        decided = {
+            name: handler.filter(logging.LogRecord(name, logging.INFO, __file__, 1, "m", None, None))
+            for name in exported
+        }
+        assert decided == exported
+
+
+def test_remembered_values_stay_bounded() -> None:
+    cache: dict[int, int] = {}
+    for key in range(CACHED_TEXTS * 2 + 1):
+        assert remember(cache, key, -key) == -key
+        assert len(cache) <= CACHED_TEXTS
+    assert cache[CACHED_TEXTS * 2] == -CACHED_TEXTS * 2
