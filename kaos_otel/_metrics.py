@@ -120,20 +120,22 @@ class LabelBounds:
         self._seen: dict[str, set[str]] = {key: set() for key in BOUNDED_KEYS}
 
     def register(self, key: str, names: Iterable[str]) -> None:
-        """Declare names that are legitimate values of ``key``."""
+        """Declare names that are legitimate values of ``key`` (from now on, only these are kept)."""
         with self._lock:
-            self._known.setdefault(key, set()).update(names)
+            known = self._known.setdefault(key, set())
+            known.update(names)
+            self._seen.setdefault(key, set()).intersection_update(known)
 
     def bound(self, key: str, value: str | None) -> str:
         """The label value (and span-name part) to record for ``value``: never free text."""
+        seen = self._seen.setdefault(key, set())
+        if value in seen:  # checked before, and still allowed: register() keeps only known names
+            return value
         if not value or not _NAME.fullmatch(value):
             return catalog.OVERFLOW_VALUE
         known = self._known.get(key)
         if known is not None and value not in known:
             return catalog.OVERFLOW_VALUE
-        seen = self._seen.setdefault(key, set())
-        if value in seen:
-            return value
         if self._redactor(value) != value:  # a secret: checked once per distinct value, never kept
             return catalog.OVERFLOW_VALUE
         with self._lock:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from kaos_otel import AgentTelemetry, KaosOtelManager, MemoryScope, MemoryTier, Outcome, catalog
+from kaos_otel._metrics import LabelBounds
 from kaos_otel.catalog import MetricSpec
 from kaos_otel.receiver import OtlpReceiver, ReceivedMetricPoint
 
@@ -397,3 +398,13 @@ def test_unregistered_names_are_capped_per_key(otlp_receiver: OtlpReceiver) -> N
                 assert len(kept) == catalog.LABEL_VALUE_CAP, f"{name}: {key} kept {len(kept)}"
                 assert catalog.OVERFLOW_VALUE in seen, f"{name}: {key} never overflowed"
     assert checked == bounded_keys
+
+
+def test_a_value_kept_before_names_are_registered_is_not_kept_after() -> None:
+    bounds = LabelBounds()
+    assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "scratchpad") == "scratchpad"
+    assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "search") == "search"
+    bounds.register(catalog.GEN_AI_TOOL_NAME, ["search", "add"])
+    assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "scratchpad") == catalog.OVERFLOW_VALUE
+    assert [bounds.bound(catalog.GEN_AI_TOOL_NAME, name) for name in ("search", "add")] == ["search", "add"]
+    assert bounds.bound(catalog.GEN_AI_AGENT_NAME, "scratchpad") == "scratchpad"  # other keys unaffected
