@@ -128,8 +128,8 @@ class LabelBounds:
 
     def bound(self, key: str, value: str | None) -> str:
         """The label value (and span-name part) to record for ``value``: never free text."""
-        seen = self._seen.setdefault(key, set())
-        if value in seen:  # checked before, and still allowed: register() keeps only known names
+        seen = self._seen.get(key)
+        if seen is not None and value in seen:  # checked before, still allowed (see register())
             return value
         if not value or not _NAME.fullmatch(value):
             return catalog.OVERFLOW_VALUE
@@ -139,7 +139,9 @@ class LabelBounds:
         if self._redactor(value) != value:  # a secret: checked once per distinct value, never kept
             return catalog.OVERFLOW_VALUE
         with self._lock:
-            if len(seen) >= self._cap:
+            known = self._known.get(key)  # again: register() may have run since the check above
+            seen = self._seen.setdefault(key, set())
+            if (known is not None and value not in known) or len(seen) >= self._cap:
                 return catalog.OVERFLOW_VALUE
             seen.add(value)
         return value
