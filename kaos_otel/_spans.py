@@ -28,13 +28,29 @@ from kaos_otel._content import ContentPolicy, to_attribute_value, to_attributes
 from kaos_otel._internal_log import internal_error
 from kaos_otel.catalog import Outcome
 
-_HANDLE_KEY = otel_context.create_key("kaos_otel.span_handle")
+_MARK_KEY = otel_context.create_key("kaos_otel.span_mark")
 _END_LOCK = threading.Lock()
 _ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
 _OVERRIDDEN_BY_EXCEPTION = frozenset({None, Outcome.SUCCESS, Outcome.DEGRADED})
 
 F = TypeVar("F", bound=Callable[..., Any])
 EndCallback = Callable[["SpanHandle", float], None]
+
+
+class _SpanMark:
+    """What a span's context tells about the span: whether it has ended, and the context to
+    fall back to when it has.
+
+    The context holds this mark rather than the handle, so that a handle and its context do not
+    reference each other: an ended span is freed at once instead of waiting, with everything it
+    holds, for the garbage collector.
+    """
+
+    __slots__ = ("ended", "previous")
+
+    def __init__(self, previous: Context, ended: bool = False) -> None:
+        self.previous = previous
+        self.ended = ended
 
 
 class SpanHandle:
@@ -46,13 +62,12 @@ class SpanHandle:
 
     __slots__ = (
         "_context",
-        "_ended",
         "_error_type",
+        "_mark",
         "_on_end",
         "_outcome",
         "_parent_context",
         "_policy",
-        "_previous",
         "_started",
         "span",
     )
@@ -67,13 +82,12 @@ class SpanHandle:
     ) -> None:
         self.span = span
         self._parent_context = parent_context
-        self._previous = parent_context if previous is None else previous
+        self._mark = _SpanMark(parent_context if previous is None else previous)
         self._context = otel_context.set_value(
-            _HANDLE_KEY, self, trace.set_span_in_context(span, parent_context)
+            _MARK_KEY, self._mark, trace.set_span_in_context(span, parent_context)
         )
         self._policy = policy
         self._on_end = on_end
-        self._ended = False
         self._outcome: Outcome | None = None
         self._error_type: str | None = None
         self._started = time.perf_counter()
@@ -87,7 +101,7 @@ class SpanHandle:
     @property
     def is_ended(self) -> bool:
         """Whether the span has ended."""
-        return self._ended
+        return self._mark.ended
 
     @property
     def outcome(self) -> Outcome | None:
@@ -157,10 +171,11 @@ class SpanHandle:
 
     def _claim_end(self) -> bool:
         """Mark the span as ending; ``False`` if another call, on any thread, already did."""
+        mark = self._mark
         with _END_LOCK:
-            if self._ended:
+            if mark.ended:
                 return False
-            self._ended = True
+            mark.ended = True
             return True
 
     def _end(self) -> None:
@@ -188,7 +203,7 @@ class SpanHandle:
         still open is restored instead.
         """
         if otel_context.get_current() is self._context:
-            otel_context.attach(live_context(self._previous))
+            otel_context.attach(live_context(self._mark.previous))
 
     # --- context manager ----------------------------------------------------------------------
     def __enter__(self) -> Self:
@@ -213,10 +228,10 @@ class SpanHandle:
 
 def live_context(ctx: Context) -> Context:
     """``ctx``, or if its span was begun by a handle that has ended, the nearest open ancestor's."""
-    handle = ctx.get(_HANDLE_KEY)
-    while isinstance(handle, SpanHandle) and handle._ended:
-        ctx = handle._previous
-        handle = ctx.get(_HANDLE_KEY)
+    mark = ctx.get(_MARK_KEY)
+    while isinstance(mark, _SpanMark) and mark.ended:
+        ctx = mark.previous
+        mark = ctx.get(_MARK_KEY)
     return ctx
 
 
@@ -226,7 +241,7 @@ def pinned_context(ctx: Context) -> Context:
     For work a request leaves behind (a background task): without the pin, new spans would skip
     the ended request spans and start detached traces.
     """
-    return otel_context.set_value(_HANDLE_KEY, None, ctx)
+    return otel_context.set_value(_MARK_KEY, None, ctx)
 
 
 class SpanFactory:
@@ -471,9 +486,8 @@ class NoopSpanHandle(SpanHandle):
     def __init__(self) -> None:
         self.span = trace.INVALID_SPAN
         self._parent_context = Context()
-        self._previous = self._parent_context
+        self._mark = _SpanMark(self._parent_context, ended=True)
         self._context = self._parent_context
-        self._ended = True
         self._outcome = None
         self._error_type = None
         self._on_end = None

@@ -7,6 +7,7 @@ parent links, status and exception events.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 import threading
@@ -20,7 +21,14 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from kaos_otel import KaosOtelManager, SpanHandle, run_in_executor_in_context, submit_in_context
+from kaos_otel import (
+    KaosOtelManager,
+    MemoryScope,
+    MemoryTier,
+    SpanHandle,
+    run_in_executor_in_context,
+    submit_in_context,
+)
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
 
 PROTOCOLS = ["grpc", "http/protobuf"]
@@ -665,3 +673,46 @@ def test_a_with_span_begins_when_the_block_is_entered(
     assert not trace.get_current_span().get_span_context().is_valid
     received = one(collect(otel, otlp_receiver, 1), "entered-later")
     assert received.start_time_unix_nano >= entered
+
+
+def test_an_ended_span_is_freed_without_the_garbage_collector(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A handle and the context it makes current do not reference each other, so an ended span
+    (and what it holds) is freed as soon as nothing uses it, not at the next collection."""
+    otel = make_otel()
+
+    @otel.traced("decorated")
+    def decorated() -> None:
+        pass
+
+    def spans_in_every_style() -> None:
+        with otel.span("outer"):
+            first = otel.span_begin("first")
+            second = otel.span_begin("second")
+            otel.span_success(first)  # out of order
+            otel.span_success(second)
+            decorated()
+        with otel.invoke_agent("agent", conversation_id="c-1") as run:
+            with otel.agent_step(run, 1):
+                with otel.model_call("agent", "model") as call:
+                    call.record_usage(10, 5)
+                with otel.tool_call("agent", "echo", call_id="t-1", arguments={"text": "hi"}):
+                    pass
+            with otel.memory_operation(MemoryTier.SHORT_TERM, "search_memory", scope=MemoryScope.SESSION):
+                pass
+
+    spans_in_every_style()  # first calls may cache what later calls reuse
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # keep what a collection finds unreachable, to look at it
+    try:
+        spans_in_every_style()
+        gc.collect()
+        left_for_the_collector = [o for o in gc.garbage if isinstance(o, SpanHandle)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left_for_the_collector == []
+    assert len(collect(otel, otlp_receiver, 18)) == 9
