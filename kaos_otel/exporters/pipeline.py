@@ -200,31 +200,25 @@ class SanitizingSpanExporter(SpanExporter):
         name = policy.clean_text(span.name)
         attributes = policy.clean_attributes(span.attributes)
         size = _SPAN_OVERHEAD_BYTES + len(name) + _attributes_size(attributes)
-        events: Sequence[Event] = ()  # most spans have none: no empty list to allocate and free
-        if source_events := span.events:
-            cleaned_events = []
-            for event in source_events:
-                event_name = policy.clean_text(event.name)
-                event_attributes = policy.clean_attributes(event.attributes)
-                size += 24 + len(event_name) + _attributes_size(event_attributes)
-                cleaned_events.append(Event(event_name, event_attributes, event.timestamp))
-            events = cleaned_events
-        links: Sequence[Link] = ()
-        if source_links := span.links:
-            cleaned_links = []
-            for link in source_links:
-                link_attributes = policy.clean_attributes(link.attributes)
-                size += 48 + _attributes_size(link_attributes)
-                cleaned_links.append(Link(link.context, link_attributes))
-            links = cleaned_links
+        events: list[Event] = []
+        for event in span.events:
+            event_name = policy.clean_text(event.name)
+            event_attributes = policy.clean_attributes(event.attributes)
+            size += 24 + len(event_name) + _attributes_size(event_attributes)
+            events.append(Event(event_name, event_attributes, event.timestamp))
+        links: list[Link] = []
+        for link in span.links:
+            link_attributes = policy.clean_attributes(link.attributes)
+            size += 48 + _attributes_size(link_attributes)
+            links.append(Link(link.context, link_attributes))
         cleaned = ReadableSpan(
             name=name,
             context=span.context,
             parent=span.parent,
             resource=self._hashed_once(span.resource),
             attributes=attributes,
-            events=events,
-            links=links,
+            events=events or (),  # the shared empty tuple: an empty list would live as long as the copy
+            links=links or (),
             kind=span.kind,
             status=status,
             start_time=span.start_time,
