@@ -133,21 +133,32 @@ class ExportPipeline:
         self.logger_provider: Any = NoOpLoggerProvider()
         if settings.disabled:
             return
-        if not settings.exporting and not settings.console:
-            log_once(  # WARNING: shown even where logging was never configured
-                "no-endpoint",
-                "kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); telemetry is not exported. "
-                "To see it locally, run `kaos-otel receive` and set "
-                "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317",
-                level=logging.WARNING,
-            )
         resource = build_resource(settings)
         self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
         self.meter_provider = self._meter_provider(resource, global_providers)
         self.logger_provider = self._logger_provider(resource, policy, global_providers)
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
+        if not settings.exporting and not settings.console:
+            self._warn_unexported()
         if bridge_logging:
             self._bridge_logging(policy)
+
+    def _warn_unexported(self) -> None:
+        """Say once that the providers this pipeline built export nothing (the host's are its own)."""
+        built = (("traces", TracerProvider), ("metrics", MeterProvider), ("logs", LoggerProvider))
+        signals = [
+            signal for signal, kind in built if any(isinstance(provider, kind) for provider in self._owned)
+        ]
+        if not signals:
+            return
+        listed = signals[0] if len(signals) == 1 else f"{', '.join(signals[:-1])} and {signals[-1]}"
+        log_once(  # WARNING: shown even where logging was never configured
+            "no-endpoint",
+            f"kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); {listed} are not exported. "
+            "To see them locally, run `kaos-otel receive` and set "
+            "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317",
+            level=logging.WARNING,
+        )
 
     # --- providers ------------------------------------------------------------------------------
     def _tracer_provider(

@@ -279,6 +279,50 @@ def test_no_endpoint_says_so_once_and_never_errors() -> None:
     assert "Traceback" not in result.stdout + result.stderr
 
 
+@pytest.mark.parametrize(
+    ("host_providers", "notice"),
+    [
+        ("", "traces, metrics and logs are not exported"),
+        ("traces", "metrics and logs are not exported"),
+        ("traces metrics logs", None),
+    ],
+)
+def test_no_endpoint_notice_names_only_what_the_manager_built(
+    host_providers: str, notice: str | None
+) -> None:
+    """The host's own providers export as the host set them up: the notice leaves them out."""
+    result = run_python(
+        f"""
+        import logging, sys
+        logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
+        from opentelemetry import _logs, metrics, trace
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+        host = {host_providers.split()!r}
+        if "traces" in host:
+            trace.set_tracer_provider(TracerProvider())
+        if "metrics" in host:
+            metrics.set_meter_provider(MeterProvider())
+        if "logs" in host:
+            _logs.set_logger_provider(LoggerProvider())
+        from kaos_otel import KaosOtelManager
+        otel = KaosOtelManager("host-app")
+        with otel.invoke_agent("agent"):
+            pass
+        print("RESULT", otel.shutdown(2))
+        """,
+        clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RESULT True" in result.stdout, result.stdout
+    notices = [line for line in result.stdout.splitlines() if "no OTLP endpoint" in line]
+    if notice is None:
+        assert notices == [], result.stdout
+    else:
+        assert len(notices) == 1 and f"); {notice}. " in notices[0], result.stdout
+
+
 def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
     result = run_python(
         """
