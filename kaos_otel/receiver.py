@@ -525,7 +525,12 @@ class OtlpReceiver:
             raise RuntimeError("OtlpReceiver already started")
         with self._mode_changed:
             self._stopping = False
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="otlp-grpc"))
+        # Without SO_REUSEPORT (gRPC's default), a port another receiver holds is refused rather
+        # than shared with it, each then getting a share of the exports.
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="otlp-grpc"),
+            options=[("grpc.so_reuseport", 0)],
+        )
         servicer = _Servicer(self)
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]

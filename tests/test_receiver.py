@@ -324,3 +324,18 @@ def test_stop_releases_hung_exports() -> None:
     worker.join(timeout=10)
     exporter.shutdown()
     assert results == [SpanExportResult.FAILURE] and receiver.spans() == []
+
+
+def test_a_grpc_port_another_receiver_holds_is_refused_not_shared() -> None:
+    with OtlpReceiver() as first:
+        port = int(first.grpc_endpoint.rsplit(":", 1)[1])
+        second = OtlpReceiver(grpc_port=port)
+        with pytest.raises(OSError, match=f"cannot listen for OTLP/gRPC on 127.0.0.1:{port}"):
+            second.start()
+        second.stop()
+        exporter = GrpcSpanExporter(endpoint=first.grpc_endpoint, insecure=True, timeout=5)
+        try:
+            assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS
+        finally:
+            exporter.shutdown()
+        assert [span.name for span in first.spans()] == ["probe"]
