@@ -101,6 +101,14 @@ def _demo(args: argparse.Namespace) -> int:
     )
 
 
+def _directory(text: str) -> Path:
+    """An ``argparse`` type: a directory, existing or to be made (not an existing file)."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    return path
+
+
 def _add_listen_arguments(parser: argparse.ArgumentParser, port: int) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=port, help=f"port to bind (default {port})")
@@ -144,7 +152,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run the multi-agent demo locally and print its traces")
     demo.add_argument("--scenario", choices=["research", "failure", "all"], default="all")
     demo.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
-    demo.add_argument("--workdir", type=Path, help="where logs and telemetry go (default .kaos/demo/<time>)")
+    demo.add_argument(
+        "--workdir", type=_directory, help="where logs and telemetry go (default .kaos/demo/<time>)"
+    )
     demo.add_argument("--startup-timeout", type=float, default=40.0, help="seconds to wait for all services")
     demo.add_argument("--latency-ms", type=float, default=0.0, help="scripted model delay per reply")
     demo.add_argument(

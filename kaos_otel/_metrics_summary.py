@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,12 +51,21 @@ class SeriesTotal:
         }
 
 
+def _label_value(value: Any) -> Any:
+    """A label value as a key part: one holding a key-value list (a dict once decoded) as JSON text."""
+    try:
+        hash(value)
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
+
+
 def metrics_summary(points: Sequence[ReceivedMetricPoint]) -> list[SeriesTotal]:
     """Totals per (metric, service, labels), sorted by metric name then labels."""
     # the latest point of each counting period (cumulative exports repeat a period's running total)
     latest: dict[tuple[str, str, tuple[tuple[str, Any], ...], int], ReceivedMetricPoint] = {}
     for point in points:
-        attributes = tuple(sorted((k, v) for k, v in point.attributes.items()))
+        attributes = tuple(sorted((k, _label_value(v)) for k, v in point.attributes.items()))
         key = (point.name, point.service_name, attributes, point.start_time_unix_nano)
         if key not in latest or point.time_unix_nano >= latest[key].time_unix_nano:
             latest[key] = point

@@ -167,7 +167,7 @@ def run_receive(options: ReceiveOptions, stdin: TextIO | None = None) -> int:
     if options.out is not None:
         try:
             options.out.parent.mkdir(parents=True, exist_ok=True)
-            options.out.touch()
+            options.out.open("a", encoding="utf-8").close()  # a directory or read-only file fails here
         except OSError as exc:
             print(
                 f"kaos-otel receive: error: cannot write {options.out}: {exc.strerror or exc}",
@@ -191,9 +191,10 @@ def run_receive(options: ReceiveOptions, stdin: TextIO | None = None) -> int:
         )
         return 1
     printer = _Printer(sys.stdout, options.json_mode, options.color)
-    _announce(printer, receiver, options)
     stop = threading.Event()
     summary_wanted = threading.Event()
+    # handlers first: a script may send SIGINT as soon as it reads the announcement
+    restore = _install_signals(stop, summary_wanted)
 
     def summary() -> None:
         with points_lock:
@@ -203,10 +204,10 @@ def run_receive(options: ReceiveOptions, stdin: TextIO | None = None) -> int:
             "\n" + render_metrics_summary(snapshot) + "\n",
         )
 
-    restore = _install_signals(stop, summary_wanted)
-    if stdin is not None:
-        threading.Thread(target=_watch_enter, args=(stdin, summary_wanted), daemon=True).start()
     try:
+        _announce(printer, receiver, options)
+        if stdin is not None:
+            threading.Thread(target=_watch_enter, args=(stdin, summary_wanted), daemon=True).start()
         while not stop.wait(_POLL_S):
             for trace in assembler.complete(time.monotonic()):
                 printer.trace(trace)

@@ -32,12 +32,15 @@ def format_duration(seconds: float) -> str:
 
 _BAR_WIDTH = 32
 _MAX_LABEL = 88
-# MCP session set-up: an agent opening its MCP sessions at start-up, before any request.
-_STARTUP_MCP_METHODS = frozenset({"initialize", "notifications/initialized", "tools/list", "ping"})
+# MCP session set-up: an agent opening its MCP sessions at start-up, before any request (mcp 2.3
+# probes `server/discover` first and falls back to `initialize` on older servers).
+_STARTUP_MCP_METHODS = frozenset(
+    {"server/discover", "initialize", "notifications/initialized", "tools/list", "ping"}
+)
 
 
 def is_startup_trace(spans: Sequence[ReceivedSpan]) -> bool:
-    """Whether a trace is MCP session start-up (every root span is ``initialize``/``tools/list``...)."""
+    """Whether a trace is MCP session start-up (every root span is ``server/discover``, ``initialize``...)."""
     ids = {s.span_id for s in spans}
     roots = [s for s in spans if s.parent_span_id is None or s.parent_span_id not in ids]
     return bool(roots) and all(

@@ -33,11 +33,19 @@ def _color(choice: bool | None) -> bool:
     return choice if choice is not None else sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
 
+def _port(text: str) -> int:
+    """An ``argparse`` type: a TCP port number, 0 for any free port."""
+    port = int(text) if text.strip().isdigit() else -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return port
+
+
 def _receive(args: argparse.Namespace) -> int:
     from kaos_otel._receive import ReceiveOptions, run_receive
 
-    if args.settle <= 0:
-        return _error("--settle must be positive")
+    if not 0 < args.settle < float("inf"):  # NaN fails too
+        return _error("--settle must be a positive number of seconds")
     options = ReceiveOptions(
         host=args.host,
         grpc_port=args.grpc_port,
@@ -68,8 +76,8 @@ def _traces_show(args: argparse.Namespace) -> int:
         spans = [s for s in spans if s.trace_id.startswith(wanted)]
         if not spans:
             return _error(f"no trace with id {args.trace_id!r} in {path}")
-    elif not spans:
-        return _error(f"no spans in {path}")
+    elif not spans and not telemetry.metric_points:
+        return _error(f"no spans or metric points in {path}")
     by_trace: dict[str, list[Any]] = {}
     for span in spans:
         by_trace.setdefault(span.trace_id, []).append(span)
@@ -208,8 +216,12 @@ def _parser() -> argparse.ArgumentParser:
         description="A local OTLP receiver: point OTEL_EXPORTER_OTLP_ENDPOINT at it and watch your "
         "traces (as trees with a waterfall) and metrics. Enter prints a metrics summary, Ctrl-C stops.",
     )
-    receive.add_argument("--grpc-port", type=int, default=4317, help="OTLP/gRPC port (default 4317; 0: any)")
-    receive.add_argument("--http-port", type=int, default=4318, help="OTLP/HTTP port (default 4318; 0: any)")
+    receive.add_argument(
+        "--grpc-port", type=_port, default=4317, help="OTLP/gRPC port (default 4317; 0: any)"
+    )
+    receive.add_argument(
+        "--http-port", type=_port, default=4318, help="OTLP/HTTP port (default 4318; 0: any)"
+    )
     receive.add_argument(
         "--host", default="127.0.0.1", help="IPv4 address to listen on (default 127.0.0.1; 0.0.0.0: all)"
     )

@@ -432,7 +432,14 @@ class _HttpHandler(BaseHTTPRequestHandler):
         if route is None:
             self._reply(HTTPStatus.NOT_FOUND, b"unknown path", "text/plain")
             return
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        length = self.headers.get("Content-Length")
+        if length is None:  # a chunked body, say: this server reads a body of announced length
+            self._reply(HTTPStatus.LENGTH_REQUIRED, b"Content-Length required", "text/plain")
+            return
+        if not length.strip().isdigit():
+            self._reply(HTTPStatus.BAD_REQUEST, b"invalid Content-Length", "text/plain")
+            return
+        body = self.rfile.read(int(length))
         encoding = self.headers.get("Content-Encoding", "").lower()
         content_type = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
         request_cls, response_cls = route

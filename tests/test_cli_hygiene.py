@@ -63,16 +63,18 @@ def test_traces_show_names_a_binary_file(tmp_path: Path, capsys: pytest.CaptureF
     assert f"kaos-otel: error: {binary}: not an OTLP/JSON Lines file" in err
 
 
-def _telemetry_file(path: Path) -> None:
-    """Two traces (an MCP session start-up and a request) and a counter, as `receive --out` writes."""
+def _telemetry_file(path: Path, *, with_spans: bool = True) -> None:
+    """Three traces (two MCP session start-ups, mcp 2.3's and an older server's, and a request) and a
+    counter, as `receive --out` writes; only the counter without ``with_spans``."""
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider(resource=Resource.create({"service.name": "coordinator"}))
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     tracer = tracer_provider.get_tracer("test")
-    with tracer.start_as_current_span(
-        "MCP send initialize", kind=SpanKind.CLIENT, attributes={catalog.MCP_METHOD_NAME: "initialize"}
-    ):
-        pass
+    for method in ("server/discover", "initialize"):
+        with tracer.start_as_current_span(
+            f"MCP send {method}", kind=SpanKind.CLIENT, attributes={catalog.MCP_METHOD_NAME: method}
+        ):
+            pass
     with tracer.start_as_current_span("invoke_agent coordinator"), tracer.start_as_current_span("agent_step"):
         pass
     reader = InMemoryMetricReader()
@@ -84,7 +86,8 @@ def _telemetry_file(path: Path) -> None:
     )
     metrics = reader.get_metrics_data()
     assert metrics is not None
-    lines = [to_otlp_json(encode_spans(spans.get_finished_spans())), to_otlp_json(encode_metrics(metrics))]
+    lines = [to_otlp_json(encode_spans(spans.get_finished_spans()))] if with_spans else []
+    lines.append(to_otlp_json(encode_metrics(metrics)))
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -96,10 +99,36 @@ def test_traces_show_hides_start_up_traces_and_prints_the_metrics_summary(
     assert kaos_otel_main(["traces", "show", str(telemetry), "--no-color"]) == 0
     out = capsys.readouterr().out
     assert "invoke_agent coordinator" in out
-    assert "MCP send initialize" not in out
-    assert "(1 MCP session start-up trace hidden; --all shows them)" in out
+    assert "MCP send server/discover" not in out and "MCP send initialize" not in out
+    assert "(2 MCP session start-up traces hidden; --all shows them)" in out
     assert "kaos.requests (counter)" in out
     assert "coordinator  kaos.outcome=success  2" in out
 
     assert kaos_otel_main(["traces", "show", str(telemetry), "--no-color", "--all"]) == 0
-    assert "MCP send initialize" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "MCP send server/discover" in shown and "MCP send initialize" in shown
+
+
+def test_traces_show_prints_the_metrics_summary_of_a_file_without_spans(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    telemetry = tmp_path / "metrics.jsonl"
+    _telemetry_file(telemetry, with_spans=False)
+    assert kaos_otel_main(["traces", "show", str(telemetry), "--no-color"]) == 0
+    assert "coordinator  kaos.outcome=success  2" in capsys.readouterr().out
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert kaos_otel_main(["traces", "show", str(empty)]) == 1
+    assert f"no spans or metric points in {empty}" in capsys.readouterr().err
+
+
+def test_demo_refuses_a_workdir_that_is_a_file(tmp_path: Path) -> None:
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine")
+    done = subprocess.run(
+        [*CLIS["kaos-agent"], "demo", "--workdir", str(taken)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: kaos-agent demo ")
+    assert f"{taken} exists and is not a directory" in done.stderr
+    assert taken.read_text() == "mine"

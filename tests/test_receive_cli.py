@@ -211,3 +211,61 @@ def test_receive_names_the_port_it_cannot_bind() -> None:
     assert done.returncode == 1
     assert f"OTLP/HTTP on 127.0.0.1:{port}" in done.stderr
     assert "--http-port 0" in done.stderr
+
+
+@pytest.mark.fast
+def test_metric_totals_take_key_value_list_labels() -> None:
+    point = ReceivedMetricPoint(
+        "jobs", "", "1", "sum", True, {"where": {"zone": "a"}, "tags": ({"k": 1},)},
+        {"service.name": "svc"}, "s", 10, 1, value=2,
+    )  # fmt: skip
+    (total,) = metrics_summary([point, point])
+    assert dict(total.attributes) == {"where": '{"zone": "a"}', "tags": '[{"k": 1}]'}
+    assert total.value == 2
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    "arguments", [["--grpc-port", "70000"], ["--http-port", "-1"], ["--grpc-port", "4317x"]]
+)
+def test_receive_refuses_a_port_number_out_of_range(
+    arguments: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        kaos_otel_main(["receive", *arguments])
+    assert exited.value.code == 2
+    assert "is not a port number (0 to 65535)" in capsys.readouterr().err
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("settle", ["0", "nan", "inf"])
+def test_receive_refuses_a_settle_time_that_is_not_a_positive_number(
+    settle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert kaos_otel_main(["receive", "--grpc-port", "0", "--http-port", "0", "--settle", settle]) == 1
+    assert "--settle must be a positive number of seconds" in capsys.readouterr().err
+
+
+def test_receive_refuses_a_directory_as_its_output_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert kaos_otel_main(["receive", "--grpc-port", "0", "--http-port", "0", "--out", str(tmp_path)]) == 1
+    assert f"cannot write {tmp_path}: Is a directory" in capsys.readouterr().err
+
+
+def test_receive_stops_cleanly_on_sigint_sent_as_soon_as_it_listens() -> None:
+    for _ in range(3):
+        process = subprocess.Popen(
+            [*RECEIVE, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert process.stdout is not None
+            assert json.loads(process.stdout.readline())["event"] == "listening"
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=10)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == 0, err
+        assert [json.loads(line)["event"] for line in out.splitlines()] == ["metrics", "stopped"]
+        assert "Traceback" not in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -339,3 +340,30 @@ def test_a_grpc_port_another_receiver_holds_is_refused_not_shared() -> None:
         finally:
             exporter.shutdown()
         assert [span.name for span in first.spans()] == ["probe"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Transfer-Encoding": "chunked"}, 411),
+        ({"Content-Length": "abc"}, 400),
+        ({"Content-Length": "-1"}, 400),
+    ],
+)
+def test_http_requests_without_a_usable_content_length_are_refused(
+    otlp_receiver: OtlpReceiver, headers: dict[str, str], status: int
+) -> None:
+    host, port = otlp_receiver.http_endpoint.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        connection.putrequest("POST", "/v1/traces", skip_accept_encoding=True)
+        connection.putheader("Content-Type", "application/x-protobuf")
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        if "Transfer-Encoding" in headers:
+            connection.send(b"0\r\n\r\n")
+        assert connection.getresponse().status == status
+    finally:
+        connection.close()
+    assert otlp_receiver.raw_requests() == []
