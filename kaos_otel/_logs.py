@@ -15,8 +15,9 @@ from opentelemetry.util.types import AnyValue
 from kaos_otel._content import ContentPolicy, remember
 from kaos_otel._internal_log import internal_error
 
-CONTENT_LOGGERS: tuple[str, ...] = ("mem0",)
-"""Loggers whose records contain user content (mem0 logs memory text at INFO/DEBUG)."""
+CONTENT_LOGGERS: tuple[str, ...] = ("mem0", "mcp")
+"""Loggers whose records contain user content: mem0 logs memory text, mcp tool arguments, tool
+names and tool error text (INFO and DEBUG)."""
 
 INTERNAL_LOGGERS: tuple[str, ...] = ("opentelemetry", "grpc", "kaos_otel.exporters")
 """Loggers never exported over OTLP: exporting the exporter's own complaints would loop."""
