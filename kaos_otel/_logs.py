@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 from opentelemetry import context as otel_context
@@ -131,6 +132,21 @@ class TraceContextFilter(logging.Filter):
             record.otelTraceID = "0"
             record.otelSpanID = "0"
         return True
+
+
+@contextmanager
+def root_logging_kept() -> Iterator[None]:
+    """Undo what the block does to the root logger's level and handlers (an import's basicConfig)."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+                handler.close()
 
 
 def console_handler(level: int = logging.INFO, fmt: str = CONSOLE_FORMAT) -> logging.Handler:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -594,3 +596,15 @@ def test_network_guard_blocks_remote_hosts(no_network: NetworkGuard) -> None:
         socket.getaddrinfo("api.openai.com", 443)
     assert len(no_network.violations) == 2
     no_network.violations.clear()
+
+
+def test_importing_the_offline_setup_leaves_the_root_logger_alone() -> None:
+    # wordllama's import calls logging.basicConfig(level=INFO): mem0 would then print memory text
+    # to stderr, and the log bridge would take every library's INFO records
+    probe = (
+        "import logging; root = logging.getLogger(); "
+        "import kaos_otel.instrumentation.mem0.offline; "
+        "print(logging.getLevelName(root.level), len(root.handlers))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["WARNING", "0"]

@@ -31,8 +31,8 @@ Usage::
 
 Span attributes: ``gen_ai.operation.name``, ``gen_ai.memory.store.id`` (the collection),
 ``gen_ai.memory.record.id``, ``gen_ai.memory.record.count`` (results returned or records
-written), ``kaos.memory.scope`` (``session`` for a ``run_id``, else ``user`` for a ``user_id``,
-else ``agent`` for an ``agent_id``, else ``store``; read from the arguments and from
+written), ``kaos.memory.scope`` (``session`` for a ``run_id``, else ``agent`` for an
+``agent_id``, else ``user`` for a ``user_id``, else ``store``; read from the arguments and from
 ``filters``), ``kaos.memory.tier``, ``kaos.memory.provider`` = ``mem0``, ``kaos.memory.infer``
 (``add``), ``kaos.outcome`` and, on failure, ``error.type``. The ids go on spans as ``user.id``,
 ``gen_ai.agent.id`` and ``session.id``, never on metrics. The query text

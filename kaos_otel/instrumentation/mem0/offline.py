@@ -29,11 +29,15 @@ from typing import Any, Literal
 
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
-import wordllama
 from mem0 import AsyncMemory, Memory
 from mem0.configs.embeddings.base import BaseEmbedderConfig
 from mem0.embeddings.base import EmbeddingBase
-from wordllama import WordLlama
+
+from kaos_otel._logs import root_logging_kept
+
+with root_logging_kept():  # importing wordllama runs logging.basicConfig(level=INFO)
+    import wordllama
+    from wordllama import WordLlama
 
 WORDLLAMA_DIMS = 256
 WORDLLAMA_MODEL = "wordllama-l2-supercat"
