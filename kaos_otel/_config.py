@@ -137,8 +137,10 @@ class TelemetrySettings:
 
     @property
     def attribute_limit_from_environment(self) -> bool:
-        """Whether a variable the SDK's ``SpanLimits`` reads sets the span attribute value cap."""
-        return _span_attribute_limit(os.environ) is not None
+        """Whether a variable the SDK's ``SpanLimits`` reads for attribute value caps is set (an
+        empty one too: to the SDK it means no limit)."""
+        env = os.environ
+        return OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT in env or OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT in env
 
     @classmethod
     def from_env(cls, **overrides: Any) -> TelemetrySettings:
@@ -168,7 +170,8 @@ class TelemetrySettings:
             values["capture_content"] = _capture(str(capture) if capture is not None else from_env)
         trust = values.get("trust", env.get(KAOS_OTEL_TRUST))
         values["trust"] = _enum(TrustPolicy, trust, TrustPolicy.TRUSTED)
-        values.setdefault("disabled", _bool(env.get(OTEL_SDK_DISABLED)))
+        # as the SDK's providers read it: "true" in any case, nothing else
+        values.setdefault("disabled", (env.get(OTEL_SDK_DISABLED) or "").strip().lower() == "true")
         values.setdefault("console", _bool(env.get(KAOS_OTEL_CONSOLE)))
         values.setdefault(
             "attribute_value_length_limit", _attribute_limit(env) or DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
@@ -196,28 +199,27 @@ def _signal_endpoint(
     return env.get(SIGNAL_ENDPOINTS[signal]) or env.get(OTEL_EXPORTER_OTLP_ENDPOINT) or None
 
 
-def _span_attribute_limit(env: Mapping[str, str]) -> int | None:
-    """The SDK's span attribute value cap if a variable sets one (the specific one first)."""
-    return _first_limit(env, OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)
-
-
 def _attribute_limit(env: Mapping[str, str]) -> int | None:
-    """The larger of the span and the log record attribute value caps if a variable sets either;
-    a signal no variable limits counts as :data:`DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT`."""
-    spans = _span_attribute_limit(env)
-    logs = _first_limit(env, OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)
-    if spans is None and logs is None:
+    """The largest attribute value cap the SDK applies (span attributes; event and link
+    attributes; log record attributes) if a variable sets one; an attribute kind no variable
+    limits counts as :data:`DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT`."""
+    limits = (
+        _first_limit(env, OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT),
+        _first_limit(env, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT),
+        _first_limit(env, OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT, OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT),
+    )
+    if all(limit is None for limit in limits):
         return None
-    return max(DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT if limit is None else limit for limit in (spans, logs))
+    return max(DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT if limit is None else limit for limit in limits)
 
 
 def _first_limit(env: Mapping[str, str], *names: str) -> int | None:
-    """The value of the first of ``names`` that is set (``None`` if it is not a number)."""
+    """The value of the first of ``names`` that is set; ``None`` for no limit: none is set, the
+    first set is empty (as the SDK reads it) or not a number."""
     for name in names:
-        raw = env.get(name, "").strip()
-        if raw:
+        if name in env:
             try:
-                return max(0, int(raw))
+                return max(0, int(env[name].strip()))
             except ValueError:
                 return None
     return None

@@ -53,11 +53,13 @@ def remember(cache: dict[_Key, _Value], key: _Key, value: _Value) -> _Value:
 
 
 def cap_text(text: str, limit: int) -> str:
-    """Cut ``text`` to ``limit`` characters, saying how much was cut."""
+    """Cut ``text`` to ``limit`` characters, saying how much was cut where the limit leaves room."""
     if len(text) <= limit:
         return text
     marker = f"...[truncated {len(text) - limit} chars]"
-    return text[: max(0, limit - len(marker))] + marker
+    if len(marker) >= limit:
+        return text[:limit]
+    return text[: limit - len(marker)] + marker
 
 
 @dataclass(frozen=True, slots=True)

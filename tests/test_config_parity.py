@@ -355,6 +355,18 @@ CASES: dict[str, Env] = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": url,
         "OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT": "11",
     },
+    "span and log record attribute value limits": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "9",
+        "OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT": "11",
+    },
+    "empty span attribute value limit": lambda url: {
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "",
+        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "7",
+    },
     "attribute count limit": lambda url: {
         **HTTP,
         "OTEL_EXPORTER_OTLP_ENDPOINT": url,
@@ -408,6 +420,9 @@ CASES: dict[str, Env] = {
         "OTEL_METRICS_EXEMPLAR_FILTER": "always_off",
     },
     "sdk disabled": lambda url: {**HTTP, "OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_SDK_DISABLED": "true"},
+    "sdk disabled is only true": lambda url: {
+        **HTTP, "OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_SDK_DISABLED": "1"
+    },
 }
 
 

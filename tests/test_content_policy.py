@@ -14,7 +14,7 @@ import pytest
 from opentelemetry.sdk._logs import LoggerProvider
 
 from kaos_otel import ContentCapture, KaosOtelManager, catalog
-from kaos_otel._content import CACHED_TEXTS, ContentPolicy, remember
+from kaos_otel._content import CACHED_TEXTS, ContentPolicy, cap_text, remember
 from kaos_otel._logs import KaosLoggingHandler
 from kaos_otel.receiver import OtlpReceiver, ReceivedLog, ReceivedSpan
 
@@ -377,3 +377,12 @@ def test_remembered_values_stay_bounded() -> None:
         assert remember(cache, key, -key) == -key
         assert len(cache) <= CACHED_TEXTS
     assert cache[CACHED_TEXTS * 2] == -CACHED_TEXTS * 2
+
+
+@pytest.mark.parametrize("limit", [0, 5, 22, 23, 24, 64])
+def test_a_capped_text_never_exceeds_its_limit(limit: int) -> None:
+    text = "x" * 100
+    capped = cap_text(text, limit)
+    assert len(capped) == limit
+    marker = f"...[truncated {100 - limit} chars]"
+    assert capped.endswith(marker) == (len(marker) < limit)
