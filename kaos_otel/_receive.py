@@ -9,6 +9,7 @@ are printed as a continuation of the trace.
 from __future__ import annotations
 
 import json
+import math
 import signal
 import sys
 import threading
@@ -104,6 +105,17 @@ def _span_dict(span: ReceivedSpan) -> dict[str, Any]:
     }
 
 
+def _json_safe(value: Any) -> Any:
+    """``value`` with NaN and the infinities as the strings OTLP/JSON uses, so every line is JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    return value
+
+
 class _Printer:
     """Writes completed traces and summaries, as text or as JSON lines, one at a time."""
 
@@ -115,7 +127,7 @@ class _Printer:
 
     def event(self, payload: dict[str, Any], text: str) -> None:
         with self._lock:
-            self._out.write(json.dumps(payload, default=str) + "\n" if self._json else text)
+            self._out.write(json.dumps(_json_safe(payload), default=str) + "\n" if self._json else text)
             self._out.flush()
 
     def trace(self, trace: CompletedTrace) -> None:

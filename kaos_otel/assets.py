@@ -81,6 +81,8 @@ COLLECTOR_PROFILES: dict[str, tuple[str, str, str]] = {
 """Default exporter lists (traces, metrics, logs) of ``otelcol-config.yaml`` per backend."""
 
 _EXPORTER_LISTS = re.compile(r"\$\{env:KAOS_(TRACES|METRICS|LOGS)_EXPORTERS:-\[[^\]]*\]\}")
+_DOCUMENTED_LISTS = re.compile(r"^(#   KAOS_(TRACES|METRICS|LOGS)_EXPORTERS .*?)\[[^\]]*\]$", re.MULTILINE)
+"""The header's table of the variables, whose last column gives each list's default."""
 _SIGNALS = ("TRACES", "METRICS", "LOGS")
 
 
@@ -99,7 +101,16 @@ def collector_config(profile: str = "signoz") -> str:
         return f"${{env:KAOS_{match.group(1)}_EXPORTERS:-{lists[match.group(1)]}}}"
 
     text = _EXPORTER_LISTS.sub(substitute, text)
-    if found != set(_SIGNALS):  # the shipped file changed shape: say so rather than mislead
-        raise ValueError(f"otelcol-config.yaml has no KAOS_*_EXPORTERS default for {set(_SIGNALS) - found}")
+    documented: set[str] = set()
+
+    def document(match: re.Match[str]) -> str:
+        documented.add(match.group(2))
+        return match.group(1) + lists[match.group(2)]
+
+    text = _DOCUMENTED_LISTS.sub(document, text)
+    for where, signals in (("default", found), ("header line", documented)):
+        if signals != set(_SIGNALS):  # the shipped file changed shape: say so rather than mislead
+            missing = set(_SIGNALS) - signals
+            raise ValueError(f"otelcol-config.yaml has no KAOS_*_EXPORTERS {where} for {missing}")
     header = f"# kaos-otel collector configuration, profile {profile!r} (kaos-otel collector config)\n"
     return header + text

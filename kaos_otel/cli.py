@@ -55,7 +55,11 @@ def _receive(args: argparse.Namespace) -> int:
         settle_s=args.settle,
         color=_color(args.color),
     )
-    return run_receive(options, stdin=sys.stdin)
+    try:
+        return run_receive(options, stdin=sys.stdin)
+    except BrokenPipeError:  # whoever read the output went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _traces_show(args: argparse.Namespace) -> int:

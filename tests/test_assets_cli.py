@@ -93,6 +93,10 @@ def test_every_collector_profile_is_a_valid_configuration(profile: str, tmp_path
     # the same check refuses an exporter the configuration does not define
     traces = f"KAOS_TRACES_EXPORTERS:-{COLLECTOR_PROFILES[profile][0]}"
     assert traces in config.read_text()
+    # the header's table of variables gives the same defaults
+    for signal, exporters in zip(("traces", "metrics", "logs"), COLLECTOR_PROFILES[profile], strict=True):
+        (documented,) = [line for line in config.read_text().splitlines() if f"list for {signal} " in line]
+        assert documented.endswith(f" {exporters}"), documented
     config.write_text(config.read_text().replace(traces, "KAOS_TRACES_EXPORTERS:-[no_such_exporter]"))
     assert subprocess.run(validate, capture_output=True, timeout=60, check=False).returncode != 0
 

@@ -269,3 +269,44 @@ def test_receive_stops_cleanly_on_sigint_sent_as_soon_as_it_listens() -> None:
         assert process.returncode == 0, err
         assert [json.loads(line)["event"] for line in out.splitlines()] == ["metrics", "stopped"]
         assert "Traceback" not in err
+
+
+def _send_span(endpoint: str, attributes: dict[str, float]) -> None:
+    otel = KaosOtelManager("my-agent", endpoint=endpoint, protocol="grpc", global_providers=False)
+    with otel.span("measured", attributes=attributes):
+        pass
+    otel.shutdown(timeout=10)
+
+
+def test_receive_json_lines_stay_json_with_nan_and_infinity(
+    receive: tuple[subprocess.Popen[str], _Lines, Path],
+) -> None:
+    _, lines, _ = receive
+    endpoint = lines.next_json("listening")["grpc_endpoint"]
+    _send_span(endpoint, {"score": float("nan"), "ceiling": float("inf"), "floor": float("-inf")})
+    lines.next_json("trace")
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    trace = json.loads(lines.seen[-1], parse_constant=refuse)
+    attributes = trace["spans"][0]["attributes"]
+    assert [attributes[key] for key in ("score", "ceiling", "floor")] == ["NaN", "Infinity", "-Infinity"]
+
+
+def test_receive_stops_quietly_when_its_reader_goes_away() -> None:
+    process = subprocess.Popen(
+        [*RECEIVE, "--json", "--settle", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        endpoint = json.loads(process.stdout.readline())["grpc_endpoint"]
+        process.stdout.close()  # as `kaos-otel receive --json | head -1` does after its line
+        _send_span(endpoint, {"n": 1.0})
+        assert process.wait(timeout=20) == 0
+        assert process.stderr is not None
+        assert "Traceback" not in process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
