@@ -61,7 +61,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-from kaos_otel import KaosOtelManager, catalog
+from kaos_otel import BatchSettings, KaosOtelManager, catalog
 from kaos_otel.receiver import OtlpReceiver
 
 OBSERVED_HEADERS = ("x-tenant", "x-signal", "content-encoding", "content-type")
@@ -902,3 +902,23 @@ def test_grpc_insecure_and_endpoint_without_scheme(
     finally:
         manager.shutdown(5)
         plain.shutdown()
+
+
+def test_batch_settings_the_sdk_would_refuse_are_replaced_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the SDK's batch processors raise ValueError for each of these; telemetry must not, and says so
+    environ = {
+        "OTEL_BSP_SCHEDULE_DELAY": "0",
+        "OTEL_BSP_MAX_QUEUE_SIZE": "100",
+        "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE": "many",
+    }
+    with caplog.at_level(logging.WARNING, logger="kaos_otel"):
+        spans = BatchSettings.for_spans(environ)
+        logs = BatchSettings.for_logs(environ)
+    assert (spans.max_queue_size, spans.max_export_batch_size, spans.schedule_delay_ms) == (100, 100, 5000)
+    assert (logs.max_queue_size, logs.max_export_batch_size, logs.schedule_delay_ms) == (2048, 512, 1000)
+    warnings = "\n".join(record.getMessage() for record in caplog.records)
+    assert "OTEL_BSP_SCHEDULE_DELAY='0' is not a positive integer; the default 5000 is used" in warnings
+    assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE (512) is larger than OTEL_BSP_MAX_QUEUE_SIZE (100)" in warnings
+    assert "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE='many' is not a positive integer" in warnings

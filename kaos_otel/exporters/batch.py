@@ -7,11 +7,13 @@ shutdown, and items still held when a shutdown missed its deadline. Failed expor
 by the exporter wrappers in :mod:`kaos_otel.exporters.pipeline`.
 
 The settings come from the SDK's own variables (``OTEL_BSP_*``, ``OTEL_BLRP_*``) with the SDK's
-defaults; an invalid value falls back to the default, as in the SDK.
+defaults. A value the SDK would refuse with an exception (not a number, zero or negative, a batch
+larger than the queue) is replaced by the safe reading, with one warning that says which.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -99,16 +101,33 @@ class BatchSettings:
         batch = overrides.get("max_export_batch_size") or batch
         delay = overrides.get("schedule_delay_ms") or delay
         if batch > queue:  # the SDK refuses this combination; a smaller batch is the safe reading
+            log_once(
+                f"batch-larger-than-queue {names[1]}",
+                "kaos-otel: %s (%d) is larger than %s (%d); batches of %d are exported",
+                names[1], batch, names[0], queue, queue,
+                level=logging.WARNING,
+            )  # fmt: skip
             batch = queue
         return cls(max_queue_size=queue, max_export_batch_size=batch, schedule_delay_ms=delay)
 
 
 def _positive_int(environ: Mapping[str, str], name: str, default: int) -> int:
-    try:
-        value = int(environ.get(name, "") or default)
-    except ValueError:
+    raw = environ.get(name, "").strip()
+    if not raw:
         return default
-    return value if value > 0 else default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value > 0:
+        return value
+    log_once(
+        f"invalid {name}",
+        "kaos-otel: %s=%r is not a positive integer; the default %d is used",
+        name, raw, default,
+        level=logging.WARNING,
+    )  # fmt: skip
+    return default
 
 
 class BatchQueue(Generic[T]):
