@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 import logging
 import subprocess
 import sys
@@ -331,7 +332,17 @@ def test_content_leaves_only_with_capture_on(
             assert text.encode() in blob, text
         search = next(span for span in spans if span.name == "search_memory")
         assert search.attributes[catalog.GEN_AI_MEMORY_QUERY_TEXT] == QUERY
-        assert MEMORY_TEXT in search.attributes[catalog.GEN_AI_MEMORY_RECORDS]
+        records = json.loads(search.attributes[catalog.GEN_AI_MEMORY_RECORDS])
+        found = next(record for record in records if record["id"] == memory_id)
+        assert (found["content"], found["metadata"]) == (MEMORY_TEXT, metadata)
+        assert isinstance(found["score"], float)
+        # every records attribute is a list of the conventions' MemoryRecord: content required,
+        # id a string, metadata an object, score a number (gen-ai-memory-records.json)
+        kinds = {"id": str, "metadata": dict, "score": float}
+        for span in spans:
+            for record in json.loads(span.attributes.get(catalog.GEN_AI_MEMORY_RECORDS, "[]")):
+                assert "content" in record, (span.name, record)
+                assert all(isinstance(record[key], kind) for key, kind in kinds.items() if key in record)
         assert any(MEMORY_TEXT in str(log.body) for log in mem0_logs)
     else:
         for text in (QUERY, MEMORY_TEXT, FACT, MESSAGE, UPDATED_TEXT, METADATA_VALUE):

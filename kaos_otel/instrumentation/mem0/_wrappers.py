@@ -96,6 +96,26 @@ def _entity_id(value: object) -> str | None:
     return str(value).strip() or None
 
 
+def _memory_record(raw: object) -> dict[str, Any] | None:
+    """A mem0 record or history entry as a GenAI ``MemoryRecord`` (``content``, and ``id``,
+    ``metadata`` and ``score`` where mem0 gave them); ``None`` when it holds no content."""
+    if not isinstance(raw, Mapping):
+        return None
+    content = raw.get("memory", raw.get("new_memory"))
+    if content is None:
+        return None
+    record: dict[str, Any] = {"content": content}
+    record_id = _entity_id(raw.get("memory_id") or raw.get("id"))  # a history entry's memory
+    if record_id is not None:
+        record["id"] = record_id
+    if isinstance(raw.get("metadata"), Mapping):
+        record["metadata"] = raw["metadata"]
+    score = raw.get("score")
+    if isinstance(score, int | float) and not isinstance(score, bool):
+        record["score"] = score
+    return record
+
+
 def scope_and_ids(bound: Bound) -> tuple[MemoryScope, dict[str, str]]:
     """The scope a call was made at and its ids as span attributes, from arguments and ``filters``."""
     filters = bound.get("filters")
@@ -212,7 +232,8 @@ class Mem0Tracing:
         except Exception as exc:
             internal_error("recording a Mem0 result", exc)
             return
-        self._set_content(handle, catalog.GEN_AI_MEMORY_RECORDS, records)
+        converted = [record for record in map(_memory_record, records) if record is not None]
+        self._set_content(handle, catalog.GEN_AI_MEMORY_RECORDS, converted or None)
 
     def _set_content(self, handle: MemoryOperation, key: str, value: object) -> None:
         """Set content as JSON text, secrets redacted, only when content capture is on."""
