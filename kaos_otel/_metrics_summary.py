@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kaos_otel._trace_tree import format_duration
+from kaos_otel._trace_tree import format_duration, printable
 
 if TYPE_CHECKING:  # the receiver (gRPC server, protobuf) is imported only by its callers
     from kaos_otel.receiver import ReceivedMetricPoint
@@ -131,9 +131,9 @@ def render_metrics_summary(points: Sequence[ReceivedMetricPoint]) -> str:
     for name, series in by_metric.items():
         first = series[0]
         kind = "counter" if first.kind == "sum" else first.kind
-        lines.append(f"  {name} ({kind}{', ' + first.unit if first.unit else ''})")
+        lines.append(printable(f"  {name} ({kind}{', ' + first.unit if first.unit else ''})"))
         ranked = sorted(series, key=lambda t: -(t.count if t.count is not None else abs(t.value or 0)))
-        lines += [_line(t) for t in ranked[:_MAX_SERIES]]
+        lines += [printable(_line(t)) for t in ranked[:_MAX_SERIES]]
         if len(series) > _MAX_SERIES:
             lines.append(f"    … {len(series) - _MAX_SERIES} more series")
     return "\n".join(lines) + "\n"

@@ -48,6 +48,35 @@ def is_startup_trace(spans: Sequence[ReceivedSpan]) -> bool:
     )
 
 
+_CONTROL_CHARACTERS = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (terminal escapes, line breaks) written as ``\\xNN``."""
+    return text.translate(_CONTROL_CHARACTERS)
+
+
+def _break_cycles(
+    spans: Sequence[ReceivedSpan], roots: list[ReceivedSpan], children: dict[str, list[ReceivedSpan]]
+) -> None:
+    """Make spans whose parents form a cycle reachable: the earliest of each cycle becomes a root."""
+    reached: set[str] = set()
+    pending = list(roots)
+    while True:
+        while pending:
+            span = pending.pop()
+            if span.span_id not in reached:
+                reached.add(span.span_id)
+                pending.extend(children.get(span.span_id, []))
+        unreached = [s for s in spans if s.span_id not in reached]
+        if not unreached:
+            return
+        first = min(unreached, key=lambda s: (s.start_time_unix_nano, s.span_id))
+        children[str(first.parent_span_id)].remove(first)
+        roots.append(first)
+        pending.append(first)
+
+
 def _bar(start: int, end: int, trace_start: int, trace_end: int) -> str:
     """A ``|··███···|`` bar placing [start, end] within the trace's time span."""
     total = max(trace_end - trace_start, 1)
@@ -77,6 +106,7 @@ class _Renderer:
                 roots.append(span)
             else:
                 children[parent].append(span)
+        _break_cycles(spans, roots, children)
         start = min(s.start_time_unix_nano for s in spans)
         end = max(s.end_time_unix_nano for s in spans)
         count = f"{len(spans)} span" + ("" if len(spans) == 1 else "s")
@@ -108,8 +138,8 @@ class _Renderer:
     def _span(self, span: ReceivedSpan, lead: str, orphan: bool) -> None:
         tier = span.attributes.get(catalog.KAOS_MEMORY_TIER)
         plain = [
-            span.service_name or "?",
-            f"{span.name} ({tier})" if tier else span.name,
+            printable(span.service_name or "?"),
+            printable(f"{span.name} ({tier})" if tier else span.name),
             format_duration(span.duration_s),
             span.status_code,
         ]
@@ -141,7 +171,7 @@ class _Renderer:
         ]
         if not messages and span.status_message:
             messages = [span.status_message]
-        for message in messages:
+        for message in map(printable, messages):
             text = indent + "  " + f"! {message}"
             self._add(text, indent + "  " + self._paint(f"! {message}", _RED), None)
 

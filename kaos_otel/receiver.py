@@ -388,6 +388,8 @@ def load_otlp_json(path: Path | str) -> ReceivedTelemetry:
             request = parse_otlp_json(document)
         except ValueError as exc:
             raise ValueError(f"{path}:{lineno}: not an OTLP/JSON export request: {exc}") from exc
+        except RecursionError:
+            raise ValueError(f"{path}:{lineno}: not an OTLP/JSON export request: nested too deeply") from None
         _flatten_into(request, out)
     return out
 

@@ -132,3 +132,12 @@ def test_demo_refuses_a_workdir_that_is_a_file(tmp_path: Path) -> None:
     assert done.stderr.startswith("usage: kaos-agent demo ")
     assert f"{taken} exists and is not a directory" in done.stderr
     assert taken.read_text() == "mine"
+
+
+def test_traces_show_names_a_line_nested_too_deeply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    assert kaos_otel_main(["traces", "show", str(deep)]) == 1
+    assert f"{deep}:1: not an OTLP/JSON export request: nested too deeply" in capsys.readouterr().err

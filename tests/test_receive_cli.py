@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import signal
@@ -16,8 +17,9 @@ from typing import IO, Any
 import pytest
 
 from kaos_otel import KaosOtelManager
-from kaos_otel._metrics_summary import metrics_summary
+from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
 from kaos_otel._receive import TraceAssembler
+from kaos_otel._trace_tree import render_trace_trees
 from kaos_otel.cli import main as kaos_otel_main
 from kaos_otel.receiver import ReceivedMetricPoint, ReceivedSpan
 
@@ -310,3 +312,23 @@ def test_receive_stops_quietly_when_its_reader_goes_away() -> None:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+@pytest.mark.fast
+def test_spans_whose_parents_form_a_cycle_are_still_drawn() -> None:
+    spans = [_span("t1", "a", "b", start=1), _span("t1", "b", "a", start=2), _span("t1", "c", "b", start=3)]
+    drawn = render_trace_trees(spans)
+    assert [line.split()[2] for line in drawn.splitlines()[1:]] == ["op-a", "op-b", "op-c"]
+
+
+@pytest.mark.fast
+def test_control_characters_in_names_are_shown_escaped() -> None:
+    span = dataclasses.replace(_span("t1", "a", None), name="clear\x1b[2Jscreen\nforged line")
+    point = ReceivedMetricPoint(
+        "jobs\x1b]0;title\x07", "", "1", "sum", True, {"queue": "a\rb"}, {"service.name": "svc"}, "s", 2, 1,
+        value=1,
+    )  # fmt: skip
+    shown = render_trace_trees([span]) + render_metrics_summary([point])
+    assert "\x1b" not in shown and "\r" not in shown and "\x07" not in shown
+    assert "clear\\x1b[2Jscreen\\x0aforged line" in shown
+    assert "jobs\\x1b]0;title\\x07" in shown and "queue=a\\x0db" in shown
