@@ -36,6 +36,10 @@ CACHED_TEXTS = 4096
 _COPYABLE_MAPPINGS = (BoundedAttributes, MappingProxyType)
 """The SDK's attribute mappings (a span's ``attributes`` is a read-only proxy of one): their
 ``copy()`` is a plain ``dict``."""
+_MAX_STRUCTURE_ITEMS = 256
+_MAX_STRUCTURE_DEPTH = 8
+"""A structured log attribute (mapping or list) larger or deeper than this is exported as its
+JSON text, redacted and capped like any string."""
 REDACTION_MARGIN = 256
 """Characters past the size cap still scanned, so that a secret the cap cuts through is masked."""
 
@@ -119,16 +123,37 @@ class ContentPolicy:
         return text if len(text) <= limit else self.clean_text(text, limit)
 
     def clean_attribute(self, key: str, value: AttributeValue) -> AttributeValue:
-        """Clean one exported attribute value (secret-named keys are masked whole)."""
+        """Clean one exported attribute value (secret-named keys are masked whole).
+
+        Log records may carry structured values (mappings, mixed lists, bytes): they are cleaned
+        item by item, under the key that holds each item.
+        """
         if isinstance(value, str):
             if value and self._is_secret_named(key):
                 return REDACTED
             return self.clean_text(value, self.max_value_length)
-        if isinstance(value, int | float):  # before the slower abstract check below; bools too
+        if isinstance(value, int | float):  # before the slower abstract checks below; bools too
             return value
         if isinstance(value, Sequence) and value and isinstance(value[0], str):
+            if self._is_secret_named(key):  # e.g. http.request.header.authorization
+                return tuple(REDACTED for _ in value)
             return tuple(self.clean_text(str(item), self.max_value_length) for item in value)
-        return value
+        if isinstance(value, bytes):
+            return value[: self.max_value_length]
+        if isinstance(value, Sequence) and all(isinstance(item, int | float) for item in value):
+            return value  # numbers only
+        return self._clean_structured(key, value, 0)  # type: ignore[return-value]
+
+    def _clean_structured(self, key: str, value: object, depth: int) -> object:
+        if isinstance(value, str | int | float | bytes) or value is None:
+            return value if value is None else self.clean_attribute(key, value)
+        if isinstance(value, Mapping | list | tuple):
+            if depth >= _MAX_STRUCTURE_DEPTH or len(value) > _MAX_STRUCTURE_ITEMS:
+                return self.clean_text(json.dumps(value, default=_safe_str), self.max_value_length)
+            if isinstance(value, Mapping):
+                return {str(k): self._clean_structured(str(k), v, depth + 1) for k, v in value.items()}
+            return [self._clean_structured(key, item, depth + 1) for item in value]
+        return self.clean_text(_safe_str(value), self.max_value_length)
 
     def _is_secret_named(self, key: str) -> bool:
         secret = self._secret_named.get(key)

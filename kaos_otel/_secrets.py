@@ -39,7 +39,7 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"://(?P<value>[^/\s:@?#]*:[^/\s@?#]*)(?=@)"),
     # Authorization / Cookie / Set-Cookie header values: the rest of the header line
     re.compile(
-        r"(?i)(?:\b(?:proxy-)?(?:authorization|set-cookie|cookie|x-api-key)[\"']?\s*[:=]\s*)"
+        r"(?i)(?:\b(?:proxy-)?(?:authorization|set-cookie|cookie|x-api-key)[\"']?\s*[:=]\s*[\"']?)"
         r"(?P<value>[^\s\"'\\][^\r\n\"'\\]*)"
     ),
     # bearer / basic credentials anywhere (a token with a digit, or a long one)

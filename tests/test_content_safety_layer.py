@@ -29,6 +29,8 @@ MakeOtel = Callable[..., KaosOtelManager]
 
 SECRET = "sk-proj-" + "Zx9" * 12
 """An OpenAI-style key: the default redactor masks it wherever it appears."""
+CREDENTIAL = "hunter2plaincredential"
+"""A secret of no known shape: masked only where a key or header names it a secret."""
 
 
 def _emit_everywhere(tracer_provider: trace.TracerProvider, logger: logging.Logger) -> None:
@@ -37,7 +39,12 @@ def _emit_everywhere(tracer_provider: trace.TracerProvider, logger: logging.Logg
         pass
     with tracer.start_as_current_span(
         f"name {SECRET}",
-        attributes={"plain": f"value {SECRET}", "many": (f"a {SECRET}", "b")},
+        attributes={
+            "plain": f"value {SECRET}",
+            "many": (f"a {SECRET}", "b"),
+            "http.request.header.authorization": (CREDENTIAL,),
+            "headers": f'{{"Authorization": "Token {CREDENTIAL}"}}',
+        },
         links=[Link(linked.get_span_context(), {"why": f"link {SECRET}"})],
     ) as span:
         span.add_event(f"event {SECRET}", {"detail": f"event attribute {SECRET}"})
@@ -46,13 +53,14 @@ def _emit_everywhere(tracer_provider: trace.TracerProvider, logger: logging.Logg
             raise ValueError(f"message {SECRET}")
         except ValueError as exc:
             span.record_exception(exc)
-            logger.exception("body %s", SECRET, extra={"extra.key": f"attribute {SECRET}"})
+            structured = {"request": {"api_key": CREDENTIAL, "note": f"n {SECRET}"}, "attempts": [1, SECRET]}
+            logger.exception("body %s", SECRET, extra={"extra.key": f"attribute {SECRET}", **structured})
 
 
 def _assert_masked(receiver: OtlpReceiver, spans: int, logs: int) -> None:
     assert receiver.wait_for(lambda r: len(r.spans()) >= spans and len(r.logs()) >= logs, 20)
     payload = b"".join(request.SerializeToString() for request in receiver.raw_requests())
-    assert SECRET.encode() not in payload
+    assert SECRET.encode() not in payload and CREDENTIAL.encode() not in payload
     assert payload.count(REDACTED.encode()) >= 9  # the texts did arrive, masked (the test can fail)
 
 
@@ -109,3 +117,17 @@ def test_disabled_and_enabled_managers_share_one_policy_type(make_otel: MakeOtel
     otel: KaosOtelManager = make_otel(environ={"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "64"})
     assert otel.content_policy.max_value_length == 64
     assert otel.content_policy.clean_text(f"x {SECRET}") == f"x {REDACTED}"
+
+
+def test_structured_log_attributes_are_cleaned_item_by_item_and_capped() -> None:
+    policy = ContentPolicy(max_value_length=64)
+    structured = {"api_key": CREDENTIAL, "items": [1, f"x {SECRET}", b"b" * 100]}
+    cleaned = policy.clean_attribute("request", structured)  # type: ignore[arg-type]
+    assert cleaned == {"api_key": REDACTED, "items": [1, f"x {REDACTED}", b"b" * 64]}
+    assert policy.clean_attribute("cookie", ("a", "b")) == (REDACTED, REDACTED)
+    assert policy.clean_attribute("embedding", (0.5, 1, True)) == (0.5, 1, True)
+    huge = policy.clean_attribute("huge", {"k": "v" * 5_000_000})
+    assert isinstance(huge, dict) and len(huge["k"]) == 64
+    assert huge["k"].endswith("...[truncated 4999936 chars]")
+    wide = policy.clean_attribute("wide", {str(i): i for i in range(10_000)})
+    assert isinstance(wide, str) and len(wide) == 64
