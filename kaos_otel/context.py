@@ -37,11 +37,15 @@ def run_in_executor_in_context(
 
 
 def wrap_in_context(fn: Callable[P, T]) -> Callable[P, T]:
-    """Bind ``fn`` to a copy of the current context, to hand to a thread or callback API."""
+    """Bind ``fn`` to the current context, to hand to a thread or callback API.
+
+    Each call runs in its own copy of the context as it was when ``fn`` was bound, so calls may
+    run at the same time, nest, and leave nothing behind for the next one.
+    """
     context = contextvars.copy_context()
 
     def bound(*args: P.args, **kwargs: P.kwargs) -> T:
-        return context.run(fn, *args, **kwargs)
+        return context.copy().run(fn, *args, **kwargs)
 
     return bound
 

@@ -7,6 +7,7 @@ parent links, status and exception events.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import logging
 import sys
@@ -28,6 +29,7 @@ from kaos_otel import (
     SpanHandle,
     run_in_executor_in_context,
     submit_in_context,
+    wrap_in_context,
 )
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
 
@@ -636,6 +638,31 @@ async def test_thread_pool_work_keeps_its_parent(
         assert one(spans, name).parent_span_id == request.span_id, name
         assert one(spans, name).trace_id == request.trace_id
     assert one(spans, "plain-submit").parent_span_id is None
+
+
+def test_a_function_bound_to_the_context_runs_concurrently_and_leaves_nothing_behind(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    marker: contextvars.ContextVar[str | None] = contextvars.ContextVar("marker", default=None)
+    barrier = threading.Barrier(4)
+
+    def work(index: int) -> tuple[str | None, str | None]:
+        seen = marker.get()
+        marker.set(f"call {index}")
+        if index < 4:
+            barrier.wait(timeout=10)  # the first four calls inside the bound context at once
+        with otel.span(f"work {index}"):
+            return current_name(), seen
+
+    with otel.span("request"), ThreadPoolExecutor(max_workers=4) as pool:
+        bound = wrap_in_context(work)
+        assert list(pool.map(bound, range(4))) == [(f"work {index}", None) for index in range(4)]
+        assert bound(4) == ("work 4", None)  # an earlier call's variables are not seen by a later one
+
+    spans = collect(otel, otlp_receiver, 6)
+    request = one(spans, "request")
+    assert all(one(spans, f"work {index}").parent_span_id == request.span_id for index in range(5))
 
 
 def test_bare_decorator_traces_and_disabled_decorator_keeps_behaviour(
