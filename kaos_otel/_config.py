@@ -13,6 +13,7 @@ arguments of :class:`~kaos_otel.KaosOtelManager` are explicit overrides. Nothing
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,8 @@ from opentelemetry.sdk.environment_variables import (
     OTEL_SDK_DISABLED,
     OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT,
 )
+
+from kaos_otel._internal_log import log_once
 
 OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 KAOS_OTEL_CONSOLE = "KAOS_OTEL_CONSOLE"
@@ -98,6 +101,27 @@ class TrustPolicy(StrEnum):
     """Start a new trace with a span link to the caller's (public edges)."""
     IGNORE = "ignore"
     """Start a new trace and discard the caller's context."""
+
+    @classmethod
+    def from_setting(cls, raw: object) -> TrustPolicy:
+        """The policy a setting names, in any case; unset is ``trusted``. A value naming none of
+        them trusts nothing (``ignore``), with a warning: a typo must not let callers in."""
+        if isinstance(raw, TrustPolicy):
+            return raw
+        text = "" if raw is None else str(raw).strip().lower()
+        if not text:
+            return cls.TRUSTED
+        try:
+            return cls(text)
+        except ValueError:
+            log_once(
+                f"unknown trust {text}",
+                "kaos-otel: trust policy %r is not trusted, link or ignore; incoming trace context "
+                "is ignored",
+                raw,
+                level=logging.WARNING,
+            )
+            return cls.IGNORE
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +193,7 @@ class TelemetrySettings:
             from_env = env.get(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
             values["capture_content"] = _capture(str(capture) if capture is not None else from_env)
         trust = values.get("trust", env.get(KAOS_OTEL_TRUST))
-        values["trust"] = _enum(TrustPolicy, trust, TrustPolicy.TRUSTED)
+        values["trust"] = TrustPolicy.from_setting(trust)
         # as the SDK's providers read it: "true" in any case, nothing else
         values.setdefault("disabled", (env.get(OTEL_SDK_DISABLED) or "").strip().lower() == "true")
         values.setdefault("console", _bool(env.get(KAOS_OTEL_CONSOLE)))

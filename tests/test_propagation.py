@@ -23,7 +23,7 @@ from fastapi.responses import StreamingResponse
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
 
-from kaos_otel import KaosOtelManager, catalog, run_in_executor_in_context
+from kaos_otel import KaosOtelManager, TrustPolicy, catalog, run_in_executor_in_context
 from kaos_otel._logs import console_handler
 from kaos_otel.instrumentation.asgi import TraceContextMiddleware
 from kaos_otel.propagation import async_inject_request_hook, inject_headers, inject_request_hook
@@ -545,3 +545,26 @@ def test_repeated_header_fields_are_combined_as_rfc_9110_says(
     servers = {s.trace_id: s for s in otlp_receiver.spans() if s.kind == "SERVER"}
     assert servers[VALID_TRACE].parent_span_id == VALID_SPAN
     assert servers[restarted["trace_id"]].parent_span_id is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "policy"),
+    [
+        (None, TrustPolicy.TRUSTED),
+        ("", TrustPolicy.TRUSTED),
+        ("IGNORE", TrustPolicy.IGNORE),
+        (" Link ", TrustPolicy.LINK),
+        ("ingore", TrustPolicy.IGNORE),
+        ("all", TrustPolicy.IGNORE),
+    ],
+)
+def test_a_trust_setting_is_read_in_any_case_and_an_unknown_one_trusts_nothing(
+    setting: str | None, policy: TrustPolicy, make_otel: MakeOtel, caplog: pytest.LogCaptureFixture
+) -> None:
+    environ = {} if setting is None else {"KAOS_OTEL_TRUST": setting}
+    with caplog.at_level(logging.WARNING, logger="kaos_otel"):
+        assert make_otel(environ=environ).settings.trust is policy
+        assert TrustPolicy.from_setting(setting) is policy
+    unknown = setting is not None and setting.strip().lower() not in ("", "trusted", "link", "ignore")
+    warned = [r.getMessage() for r in caplog.records if "is not trusted, link or ignore" in r.getMessage()]
+    assert bool(warned) == unknown, warned

@@ -78,7 +78,7 @@ class TraceContextMiddleware:
         self._otel = otel
         settings = getattr(otel, "settings", None)
         default_trust = settings.trust if settings is not None else TrustPolicy.TRUSTED
-        self._trust = TrustPolicy(trust) if trust is not None else default_trust
+        self._trust = TrustPolicy.from_setting(trust) if trust is not None else default_trust
         default_allowlist = settings.baggage_allowlist if settings is not None else frozenset()
         self._baggage_allowlist = (
             frozenset(baggage_allowlist) if baggage_allowlist is not None else default_allowlist
