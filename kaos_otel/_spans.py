@@ -14,6 +14,7 @@ import inspect
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
+from enum import StrEnum
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
 
@@ -34,6 +35,19 @@ _ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
 _OVERRIDDEN_BY_EXCEPTION = frozenset({None, Outcome.SUCCESS, Outcome.DEGRADED})
 
 F = TypeVar("F", bound=Callable[..., Any])
+_Member = TypeVar("_Member", bound=StrEnum)
+
+
+def enum_member(kind: type[_Member], value: object, default: _Member, where: str) -> _Member:
+    """``value`` as a member of ``kind`` (its string works too); ``default`` if it names none,
+    logged as an internal error rather than raised into the caller."""
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(str(value))
+    except Exception as exc:
+        internal_error(where, exc)
+        return default
 EndCallback = Callable[["SpanHandle", float], None]
 
 
@@ -131,8 +145,9 @@ class SpanHandle:
         if self._policy.capture_on_spans and value is not None:
             self.set_attribute(key, value)
 
-    def set_outcome(self, outcome: Outcome, error_type: str | None = None) -> None:
+    def set_outcome(self, outcome: Outcome | str, error_type: str | None = None) -> None:
         """Record how the operation ended when it was not by an exception (e.g. ``max_steps``)."""
+        outcome = enum_member(Outcome, outcome, Outcome.SUCCESS, "set_outcome")
         self._outcome = outcome
         if error_type is not None:
             self._error_type = error_type
@@ -316,7 +331,7 @@ class SpanFactory:
         """Decorate a sync, async, generator or async-generator function with a span."""
 
         def decorate(fn: F) -> F:
-            span_name = name or fn.__qualname__
+            span_name = name or getattr(fn, "__qualname__", None) or type(fn).__qualname__  # a partial too
             if inspect.isasyncgenfunction(fn):
                 return cast(F, self._wrap_async_generator(fn, span_name, kind, attributes))
             if inspect.isgeneratorfunction(fn):
@@ -504,7 +519,7 @@ class NoopSpanHandle(SpanHandle):
     def set_content(self, key: str, value: object) -> None:
         """Do nothing."""
 
-    def set_outcome(self, outcome: Outcome, error_type: str | None = None) -> None:
+    def set_outcome(self, outcome: Outcome | str, error_type: str | None = None) -> None:
         """Do nothing."""
 
     def record_exception(self, exc: BaseException) -> None:

@@ -20,7 +20,15 @@ from kaos_otel import catalog
 from kaos_otel._content import ContentPolicy, to_attributes
 from kaos_otel._internal_log import internal_error
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
-from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle, SpanScope
+from kaos_otel._spans import (
+    NOOP_HANDLE,
+    EndCallback,
+    NoopSpanHandle,
+    SpanFactory,
+    SpanHandle,
+    SpanScope,
+    enum_member,
+)
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
 
@@ -60,13 +68,16 @@ class ModelCall(SpanHandle):
         response_model: str | None = None,
         finish_reasons: Sequence[str] | None = None,
     ) -> None:
-        """Record token usage and response details."""
-        self.input_tokens = input_tokens
-        self.output_tokens = output_tokens
+        """Record token usage and response details (a token count that is not an int from 0 to
+        2**63 - 1 is left out: OTLP carries 64-bit integers)."""
+        self.input_tokens = _token_count(input_tokens)
+        self.output_tokens = _token_count(output_tokens)
+        if isinstance(finish_reasons, str):  # one reason given as a plain string
+            finish_reasons = (finish_reasons,)
         self.set_attributes(
             {
-                catalog.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
-                catalog.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,
+                catalog.GEN_AI_USAGE_INPUT_TOKENS: self.input_tokens,
+                catalog.GEN_AI_USAGE_OUTPUT_TOKENS: self.output_tokens,
                 catalog.GEN_AI_RESPONSE_MODEL: response_model,
                 catalog.GEN_AI_RESPONSE_FINISH_REASONS: tuple(finish_reasons) if finish_reasons else None,
             }
@@ -335,7 +346,7 @@ class AgentTelemetry:
         session_id: str | None = None,
         user_id: str | None = None,
         max_steps: int | None = None,
-        origin: RequestOrigin = RequestOrigin.USER,
+        origin: RequestOrigin | str = RequestOrigin.USER,
         attributes: Mapping[str, object] | None = None,
     ) -> AgentRun:
         """An agent run (``invoke_agent {agent}``); records requests, duration and steps at the end.
@@ -345,6 +356,7 @@ class AgentTelemetry:
         """
         if not self._enabled:
             return NOOP_AGENT_RUN
+        origin = enum_member(RequestOrigin, origin, RequestOrigin.USER, "invoke_agent origin")
         run = self._begin(
             AgentRun,
             f"invoke_agent {agent_name}",
@@ -540,19 +552,38 @@ class AgentTelemetry:
     def record_window_tokens(self, agent_name: str, tokens: int) -> None:
         """Record the short-term window size (tokens) after a turn."""
         if self._enabled:
-            self._metrics.record_window_tokens(agent_name, tokens)
+            try:
+                self._metrics.record_window_tokens(agent_name, tokens)
+            except Exception as exc:
+                internal_error("record_window_tokens", exc)
 
-    def record_compaction(self, agent_name: str, outcome: Outcome = Outcome.SUCCESS) -> None:
+    def record_compaction(self, agent_name: str, outcome: Outcome | str = Outcome.SUCCESS) -> None:
         """Record one short-term window compaction."""
         if self._enabled:
-            self._metrics.record_compaction(agent_name, outcome)
+            outcome = enum_member(Outcome, outcome, Outcome.SUCCESS, "record_compaction outcome")
+            try:
+                self._metrics.record_compaction(agent_name, outcome)
+            except Exception as exc:
+                internal_error("record_compaction", exc)
 
     def record_extraction_lag(
-        self, agent_name: str, lag_s: float, outcome: Outcome = Outcome.SUCCESS
+        self, agent_name: str, lag_s: float, outcome: Outcome | str = Outcome.SUCCESS
     ) -> None:
         """Record the delay from compaction to long-term extraction finishing."""
         if self._enabled:
-            self._metrics.record_extraction_lag(agent_name, lag_s, outcome)
+            outcome = enum_member(Outcome, outcome, Outcome.SUCCESS, "record_extraction_lag outcome")
+            try:
+                self._metrics.record_extraction_lag(agent_name, lag_s, outcome)
+            except Exception as exc:
+                internal_error("record_extraction_lag", exc)
+
+
+def _token_count(value: object) -> int | None:
+    """``value`` if it can be a token count on a span and a metric point, else ``None`` (logged)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63):
+        return value
+    internal_error("record_usage", ValueError(f"not a token count: {value!r}"))
+    return None
 
 
 def _identity(fn: F) -> F:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import pytest
@@ -157,6 +158,42 @@ def test_failures_and_cancellation_outcomes(make_otel: MakeOtel, otlp_receiver: 
     assert steps[1].status_code == "UNSET"
     assert job.attributes[catalog.KAOS_OUTCOME] == "canceled"
     assert job.status_code == "UNSET"  # a cancellation is not an error
+
+
+def test_helpers_given_strings_or_bad_values_record_what_they_can_and_never_raise(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert otel.traced()(functools.partial(add, 1))(2) == 3  # a partial has no __qualname__
+    with otel.invoke_agent("coder", origin="delegated") as run:  # the enums' strings work too
+        run.set_outcome("max_steps")
+        with otel.model_call("coder", "llama3") as call:
+            call.record_usage(2**63, "10", finish_reasons="stop")  # type: ignore[arg-type]
+    with otel.invoke_agent("coder", origin="nobody") as run:
+        run.set_outcome("nonsense")  # logged, not raised: the outcome stays success
+    otel.record_window_tokens("coder", None)  # type: ignore[arg-type]
+    otel.record_compaction("coder", "degraded")
+    otel.record_extraction_lag("coder", None)  # type: ignore[arg-type]
+
+    spans = collect(otel, otlp_receiver, 4)
+    delegated, nobody = sorted(named(spans, "invoke_agent coder"), key=lambda s: s.start_time_unix_nano)
+    assert delegated.attributes[catalog.KAOS_REQUEST_ORIGIN] == "delegated"
+    assert delegated.attributes[catalog.KAOS_OUTCOME] == "max_steps"
+    assert nobody.attributes[catalog.KAOS_REQUEST_ORIGIN] == "user"
+    assert nobody.attributes[catalog.KAOS_OUTCOME] == "success"
+    (chat,) = named(spans, "chat llama3")
+    assert chat.attributes[catalog.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+    assert catalog.GEN_AI_USAGE_INPUT_TOKENS not in chat.attributes
+    assert catalog.GEN_AI_USAGE_OUTPUT_TOKENS not in chat.attributes
+    assert otlp_receiver.wait_for(
+        lambda r: any(p.name == catalog.KAOS_MEMORY_COMPACTIONS for p in r.metric_points()), 10
+    )
+    compactions = [p for p in otlp_receiver.metric_points() if p.name == catalog.KAOS_MEMORY_COMPACTIONS]
+    assert {p.attributes[catalog.KAOS_OUTCOME] for p in compactions} == {"degraded"}
 
 
 def test_memory_operation_span(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:
