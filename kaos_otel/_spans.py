@@ -367,19 +367,23 @@ class SpanFactory:
             generator = fn(*args, **kwargs)
             to_send: Any = None
             to_throw: BaseException | None = None
+            # the generator's own context between steps: a span it opened before a yield is
+            # current again when it resumes
+            inside = handle.context
             try:
                 while True:
-                    token = otel_context.attach(handle.context)
+                    token = otel_context.attach(inside)
                     try:
                         item = generator.throw(to_throw) if to_throw is not None else generator.send(to_send)
                     finally:
+                        inside = otel_context.get_current()
                         otel_context.detach(token)
                     to_throw = None
                     try:
                         to_send = yield item
                     except GeneratorExit:
                         # closed early: its cleanup (finally blocks) still runs inside its span
-                        token = otel_context.attach(handle.context)
+                        token = otel_context.attach(inside)
                         try:
                             generator.close()
                         finally:
@@ -412,21 +416,23 @@ class SpanFactory:
             generator = fn(*args, **kwargs)
             to_send: Any = None
             to_throw: BaseException | None = None
+            inside = handle.context  # as in _wrap_generator
             try:
                 while True:
-                    token = otel_context.attach(handle.context)
+                    token = otel_context.attach(inside)
                     try:
                         if to_throw is not None:
                             item = await generator.athrow(to_throw)
                         else:
                             item = await generator.asend(to_send)
                     finally:
+                        inside = otel_context.get_current()
                         otel_context.detach(token)
                     to_throw = None
                     try:
                         to_send = yield item
                     except GeneratorExit:
-                        token = otel_context.attach(handle.context)
+                        token = otel_context.attach(inside)
                         try:
                             await generator.aclose()
                         finally:

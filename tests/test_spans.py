@@ -640,6 +640,43 @@ async def test_thread_pool_work_keeps_its_parent(
     assert one(spans, "plain-submit").parent_span_id is None
 
 
+async def test_a_span_a_traced_generator_opens_before_a_yield_is_current_again_after_it(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    otel = make_otel()
+
+    @otel.traced("gen")
+    def numbers() -> Iterator[str | None]:
+        with otel.span("inner"):
+            yield current_name()
+            with otel.span("after"):
+                pass
+            yield current_name()
+
+    @otel.traced("agen")
+    async def anumbers() -> AsyncIterator[str | None]:
+        with otel.span("ainner"):
+            yield current_name()
+            with otel.span("aafter"):
+                pass
+            yield current_name()
+
+    with otel.span("caller"):
+        generator = numbers()
+        assert next(generator) == "inner"
+        assert current_name() == "caller"  # the generator's span is not the caller's meanwhile
+        assert list(generator) == ["inner"]
+        agenerator = anumbers()
+        assert await agenerator.__anext__() == "ainner"
+        assert current_name() == "caller"
+        assert [item async for item in agenerator] == ["ainner"]
+
+    spans = collect(otel, otlp_receiver, 7)
+    for child, parent in (("after", "inner"), ("inner", "gen"), ("aafter", "ainner"), ("ainner", "agen")):
+        assert one(spans, child).parent_span_id == one(spans, parent).span_id, child
+    assert_no_detach_errors(caplog)
+
+
 def test_a_function_bound_to_the_context_runs_concurrently_and_leaves_nothing_behind(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:
