@@ -120,21 +120,30 @@ class LabelBounds:
         self._seen: dict[str, set[str]] = {key: set() for key in BOUNDED_KEYS}
 
     def register(self, key: str, names: Iterable[str]) -> None:
-        """Declare names that are legitimate values of ``key`` (from now on, only these are kept)."""
+        """Declare names that are legitimate values of ``key`` (from now on, only these are kept;
+        declaring none leaves ``key`` as it was)."""
+        declared = set(names)
+        if not declared:
+            return
         with self._lock:
             known = self._known.setdefault(key, set())
-            known.update(names)
+            known.update(declared)
             self._seen.setdefault(key, set()).intersection_update(known)
 
     def bound(self, key: str, value: str | None) -> str:
-        """The label value (and span-name part) to record for ``value``: never free text."""
+        """The label value (and span-name part) to record for ``value``: never free text.
+
+        A registered name is kept whatever it looks like; any other must look like a name.
+        """
         seen = self._seen.get(key)
         if seen is not None and value in seen:  # checked before, still allowed (see register())
             return value
-        if not value or not _NAME.fullmatch(value):
+        if not value:
             return catalog.OVERFLOW_VALUE
         known = self._known.get(key)
         if known is not None and value not in known:
+            return catalog.OVERFLOW_VALUE
+        if known is None and not _NAME.fullmatch(value):
             return catalog.OVERFLOW_VALUE
         if self._redactor(value) != value:  # a secret: checked once per distinct value, never kept
             return catalog.OVERFLOW_VALUE

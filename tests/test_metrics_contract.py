@@ -408,3 +408,19 @@ def test_a_value_kept_before_names_are_registered_is_not_kept_after() -> None:
     assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "scratchpad") == catalog.OVERFLOW_VALUE
     assert [bounds.bound(catalog.GEN_AI_TOOL_NAME, name) for name in ("search", "add")] == ["search", "add"]
     assert bounds.bound(catalog.GEN_AI_AGENT_NAME, "scratchpad") == "scratchpad"  # other keys unaffected
+
+
+def test_registering_names_of_one_kind_leaves_the_other_kinds_capped_not_closed() -> None:
+    otel = KaosOtelManager("support", global_providers=False)
+    try:
+        otel.register_known_names("Support Agent", tools=["look up order"])  # models and targets: none
+        bounds = otel.metrics.bounds
+        assert bounds.bound(catalog.GEN_AI_REQUEST_MODEL, "gpt-4o") == "gpt-4o"
+        assert bounds.bound(catalog.KAOS_DELEGATION_TARGET, "billing") == "billing"
+        # a registered name is kept whatever it looks like; an unregistered one must look like a name
+        assert bounds.bound(catalog.GEN_AI_AGENT_NAME, "Support Agent") == "Support Agent"
+        assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "look up order") == "look up order"
+        assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "lookup") == catalog.OVERFLOW_VALUE
+        assert bounds.bound(catalog.GEN_AI_REQUEST_MODEL, "a model with spaces") == catalog.OVERFLOW_VALUE
+    finally:
+        otel.shutdown(5)
