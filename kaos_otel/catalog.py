@@ -98,6 +98,9 @@ from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_REQUEST_METHOD as HTTP_REQUEST_METHOD,
 )
 from opentelemetry.semconv.attributes.http_attributes import (
+    HTTP_REQUEST_METHOD_ORIGINAL as HTTP_REQUEST_METHOD_ORIGINAL,
+)
+from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_RESPONSE_STATUS_CODE as HTTP_RESPONSE_STATUS_CODE,
 )
 from opentelemetry.semconv.attributes.http_attributes import (
@@ -240,7 +243,10 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(SERVER_PORT, "Server port", "otel"),
     AttributeSpec(SESSION_ID, "Session id", "otel"),
     AttributeSpec(USER_ID, "Verified user id (from the gateway header)", "otel"),
-    AttributeSpec(HTTP_REQUEST_METHOD, "HTTP method of an incoming request (ASGI middleware)", "otel"),
+    AttributeSpec(
+        HTTP_REQUEST_METHOD, "HTTP method of an incoming request, _OTHER if unknown (ASGI middleware)", "otel"
+    ),
+    AttributeSpec(HTTP_REQUEST_METHOD_ORIGINAL, "An unknown method as sent (ASGI middleware)", "otel"),
     AttributeSpec(HTTP_ROUTE, "Matched route template, e.g. /chat (ASGI middleware)", "otel"),
     AttributeSpec(HTTP_RESPONSE_STATUS_CODE, "HTTP status sent (ASGI middleware)", "otel"),
     AttributeSpec(URL_PATH, "Request path (ASGI middleware)", "otel"),
@@ -294,6 +300,8 @@ SPAN_EMBEDDINGS = "embeddings {gen_ai.request.model}"
 SPAN_VECTOR_STORE = "{db.operation.name} {db.collection.name}"
 SPAN_HTTP_SERVER = "{http.request.method} {http.route}"
 SPAN_HTTP_SERVER_UNROUTED = "{http.request.method}"
+SPAN_HTTP_SERVER_OTHER_METHOD = "HTTP {http.route}"
+SPAN_HTTP_SERVER_OTHER_METHOD_UNROUTED = "HTTP"
 
 MEMORY_OPERATIONS: tuple[str, ...] = (
     "create_memory_store",
@@ -326,6 +334,8 @@ SPANS: tuple[SpanSpec, ...] = (
     SpanSpec(SPAN_VECTOR_STORE, "CLIENT", "<vector store op>", "Vector store call in a memory op (opt-in)"),
     SpanSpec(SPAN_HTTP_SERVER, "SERVER", "http", "Incoming HTTP request (ASGI middleware)"),
     SpanSpec(SPAN_HTTP_SERVER_UNROUTED, "SERVER", "http", "Incoming HTTP request no route matched"),
+    SpanSpec(SPAN_HTTP_SERVER_OTHER_METHOD, "SERVER", "http", "Incoming request, unknown method (_OTHER)"),
+    SpanSpec(SPAN_HTTP_SERVER_OTHER_METHOD_UNROUTED, "SERVER", "http", "Unknown method, no route matched"),
 )
 
 

@@ -3,8 +3,9 @@
 Every emitting path of the SDK runs in-process with content capture ``SPAN_AND_EVENT`` against a
 real OTLP receiver: the agent-domain helpers (every outcome, usage, messages, tool and delegation
 names inside and outside the registered ones, every memory helper), the ASGI middleware through
-``instrument_app`` (a routed and an unrouted request), the Mem0 instrumentor on the real mem0ai
-in its offline configuration with child spans, and the export-health counter. Then both
+``instrument_app`` (a routed and an unrouted request, an unknown method), the Mem0 instrumentor
+on the real mem0ai in its offline configuration with child spans, and the export-health counter.
+Then both
 directions are checked: every catalog span name, attribute key, metric and log event arrived, and
 everything kaos-otel's own scopes sent is in the catalog.
 """
@@ -128,7 +129,7 @@ def drive_domain_api(otel: KaosOtelManager) -> None:
 
 
 def drive_asgi(otel: KaosOtelManager) -> None:
-    """A routed and an unrouted request through ``instrument_app``."""
+    """A routed and an unrouted request, and an unknown method, through ``instrument_app``."""
     app = FastAPI()
 
     @app.get("/ask")
@@ -139,6 +140,8 @@ def drive_asgi(otel: KaosOtelManager) -> None:
     with TestClient(app) as client:
         assert client.get("/ask").status_code == 200
         assert client.get("/nowhere").status_code == 404
+        for path in ("/ask", "/nowhere"):  # a method the conventions do not know
+            assert client.request("FOOBAR", path).status_code in (404, 405)
 
 
 def drive_mem0(otel: KaosOtelManager, tmp_path: Path) -> None:

@@ -134,6 +134,54 @@ def test_a_second_call_is_ignored(make_otel: MakeOtel, caplog: pytest.LogCapture
     assert "already called" in caplog.text
 
 
+async def test_server_spans_carry_the_full_route_template_however_the_request_ends(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    app, users = FastAPI(), FastAPI()
+
+    @app.get("/orders/{order_id}")
+    async def order(order_id: int) -> dict[str, int]:
+        if order_id == 0:
+            raise LookupError("no order 0")
+        return {"order": order_id}
+
+    @users.get("/users/{user_id}")
+    async def user(user_id: str) -> dict[str, str]:
+        return {"user": user_id}
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    app.mount("/v1", users)
+    instrument_app(app, otel)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, root_path="/api")
+    async with httpx.AsyncClient(transport=transport, base_url="http://agent/api") as client:
+        assert (await client.get("/orders/1")).status_code == 200
+        assert (await client.get("/orders/0")).status_code == 500
+        assert (await client.get("/v1/users/alice-123")).status_code == 200
+        assert (await client.request("FOOBAR", "/orders/2")).status_code == 405
+        assert (await client.get("/health")).status_code == 200  # excluded behind the prefix too
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 4, 10)
+    spans = sorted(_server_spans(otlp_receiver), key=lambda s: s.start_time_unix_nano)
+    named = [(s.name, s.attributes.get(catalog.HTTP_ROUTE)) for s in spans]
+    assert named == [
+        ("GET /orders/{order_id}", "/orders/{order_id}"),
+        ("GET /orders/{order_id}", "/orders/{order_id}"),  # the failed request keeps its route
+        ("GET /v1/users/{user_id}", "/v1/users/{user_id}"),  # the mount's prefix included
+        ("HTTP /orders/{order_id}", "/orders/{order_id}"),
+    ]
+    assert spans[1].status_code == "ERROR"
+    unknown = spans[3].attributes
+    assert (unknown[catalog.HTTP_REQUEST_METHOD], unknown[catalog.HTTP_REQUEST_METHOD_ORIGINAL]) == (
+        "_OTHER",
+        "FOOBAR",
+    )
+    assert catalog.HTTP_REQUEST_METHOD_ORIGINAL not in spans[0].attributes
+
+
 APP = """
     from fastapi import FastAPI
 

@@ -87,7 +87,11 @@ class TraceContextMiddleware:
         self._warned = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") in self._excluded or not self._otel.enabled:
+        if scope["type"] != "http" or not self._otel.enabled:
+            await self.app(scope, receive, send)
+            return
+        root_path = scope.get("root_path", "")  # a proxy's prefix (uvicorn --root-path)
+        if _route_path(scope.get("path", ""), root_path) in self._excluded:
             await self.app(scope, receive, send)
             return
         if not self._warned:
@@ -98,10 +102,14 @@ class TraceContextMiddleware:
 
         async def send_with_status(message: Message) -> None:
             nonlocal status_code, completed
-            if message["type"] == "http.response.start":
+            kind = message["type"]
+            if kind == "http.response.start":
                 status_code = int(message["status"])
                 handle.set_attribute(catalog.HTTP_RESPONSE_STATUS_CODE, status_code)
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            elif (kind == "http.response.body" and not message.get("more_body", False)) or kind in (
+                "http.response.pathsend",
+                "http.response.zerocopysend",
+            ):
                 completed = True
             await send(message)
 
@@ -115,22 +123,14 @@ class TraceContextMiddleware:
         try:
             await self.app(scope, receive_watching_disconnect, send_with_status)
         except BaseException as exc:
+            _name_by_route(handle, scope, root_path)
             handle.failure(exc)
             raise
+        _name_by_route(handle, scope, root_path)
         if disconnected or not completed:  # the client went away before the whole response
             handle.set_outcome(Outcome.CANCELED, _CLIENT_DISCONNECT)
-            handle.success()
-            return
-        try:
-            route = scope.get("route")
-            route_path = getattr(route, "path", None)
-            if isinstance(route_path, str):
-                handle.span.update_name(f"{scope['method']} {route_path}")
-                handle.set_attribute(catalog.HTTP_ROUTE, route_path)
-            if status_code >= 500:
-                handle.set_outcome(Outcome.ERROR, error_type=str(status_code))
-        except Exception as exc:
-            internal_error("naming a server span", exc)
+        elif status_code >= 500:
+            handle.set_outcome(Outcome.ERROR, error_type=str(status_code))
         handle.success()
 
     def _warn_if_doubled(self, scope: Scope) -> None:
@@ -151,12 +151,14 @@ class TraceContextMiddleware:
         headers = dict(pairs)
         incoming = extract_incoming(pairs, trust=self._trust, baggage_allowlist=self._baggage_allowlist)
         server = scope.get("server") or (None, None)
-        method = scope.get("method", "GET")
+        sent = scope.get("method", "GET")
+        method = sent if sent in _KNOWN_METHODS else _OTHER_METHOD
         return self._otel.span_begin(
-            method,
+            _span_method(scope),
             SpanKind.SERVER,
             {
                 catalog.HTTP_REQUEST_METHOD: method,
+                catalog.HTTP_REQUEST_METHOD_ORIGINAL: sent if method == _OTHER_METHOD else None,
                 catalog.URL_PATH: scope.get("path"),
                 catalog.URL_SCHEME: scope.get("scheme"),
                 catalog.SERVER_ADDRESS: server[0],
@@ -167,3 +169,38 @@ class TraceContextMiddleware:
             links=incoming.links,
             parent=incoming.parent,
         )
+
+
+_KNOWN_METHODS = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
+_OTHER_METHOD = "_OTHER"
+"""The HTTP conventions' method for any other (names a span ``HTTP``): a client cannot make up
+span names or label values."""
+
+
+def _route_path(path: str, root_path: str) -> str:
+    """``path`` without the proxy prefix ``root_path`` the server was started with."""
+    if root_path and path.startswith(root_path) and path[len(root_path) : len(root_path) + 1] in ("", "/"):
+        return path[len(root_path) :] or "/"
+    return path
+
+
+def _name_by_route(handle: Any, scope: Scope, root_path: str) -> None:
+    """Name the span ``{method} {route}`` and set ``http.route`` once routing matched a route (the
+    prefixes of the sub-applications it was mounted under included)."""
+    try:
+        route_path = getattr(scope.get("route"), "path", None)
+        if not isinstance(route_path, str):
+            return
+        mounted = scope.get("root_path", "")
+        prefix = mounted[len(root_path) :] if mounted.startswith(root_path) else ""
+        template = prefix + route_path
+        handle.span.update_name(f"{_span_method(scope)} {template}")
+        handle.set_attribute(catalog.HTTP_ROUTE, template)
+    except Exception as exc:
+        internal_error("naming a server span", exc)
+
+
+def _span_method(scope: Scope) -> str:
+    """The method part of a server span's name: ``HTTP`` for a method the conventions do not know."""
+    method = scope.get("method", "GET")
+    return method if method in _KNOWN_METHODS else "HTTP"
