@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -97,6 +98,26 @@ def run_with_deadline(actions: Sequence[Callable[[], object]], timeout_s: float,
     return in_time and not failed
 
 
+_SHUT_DOWN_PROVIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Providers a pipeline shut down. The global ones stay installed (OpenTelemetry's API cannot
+replace them), so a later manager must not adopt them: it would export nothing."""
+
+
+def _shut_down(provider: object, kind: str) -> bool:
+    """Whether the global ``provider`` was shut down by an earlier manager (said once, as a warning)."""
+    if provider not in _SHUT_DOWN_PROVIDERS:
+        return False
+    log_once(
+        f"global {kind} provider shut down",
+        "kaos-otel: the global %s provider was shut down by an earlier manager and cannot be "
+        "replaced; this manager exports through a %s provider of its own, which other "
+        "instrumentations using the global one do not reach",
+        kind, kind,
+        level=logging.WARNING,
+    )  # fmt: skip
+    return True
+
+
 def _bridges_logging(handler: logging.Handler, provider: object) -> bool:
     """Whether ``handler`` already sends records to OpenTelemetry logs (ours on ``provider``, or OTel's)."""
     if isinstance(handler, KaosLoggingHandler):
@@ -166,7 +187,9 @@ class ExportPipeline:
     ) -> trace.TracerProvider:
         current = trace.get_tracer_provider()
         if global_providers and not isinstance(current, trace.ProxyTracerProvider):
-            return current
+            if not _shut_down(current, "tracer"):
+                return current
+            global_providers = False
         settings = self.settings
         # The sampler (OTEL_TRACES_SAMPLER[_ARG]) is the SDK's own reading of the environment.
         provider = TracerProvider(
@@ -198,7 +221,10 @@ class ExportPipeline:
         if global_providers and isinstance(
             current, MeterProvider | CatalogMeterProvider | metrics.NoOpMeterProvider
         ):
-            return current
+            sdk_provider = current.provider if isinstance(current, CatalogMeterProvider) else current
+            if not _shut_down(sdk_provider, "meter"):
+                return current
+            global_providers = False
         settings = self.settings
         readers: list[MetricReader] = []
         if "metrics" in settings.endpoints:
@@ -230,7 +256,9 @@ class ExportPipeline:
     def _logger_provider(self, resource: Resource, policy: ContentPolicy, global_providers: bool) -> Any:
         current = get_logger_provider()
         if global_providers and isinstance(current, LoggerProvider | NoOpLoggerProvider):
-            return current
+            if not _shut_down(current, "logger"):
+                return current
+            global_providers = False
         settings = self.settings
         provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         if "logs" in settings.endpoints:
@@ -296,6 +324,7 @@ class ExportPipeline:
             else provider.shutdown
             for provider in self._owned
         ]
+        _SHUT_DOWN_PROVIDERS.update(self._owned)
         finished = run_with_deadline(stops, timeout, "shutdown")
         if not finished:
             # What the pipeline still holds will not be exported in time: count it as lost now,

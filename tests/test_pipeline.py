@@ -511,3 +511,29 @@ def _hashes_recomputed(monkeypatch: pytest.MonkeyPatch, resources: Iterable[obje
     for resource in resources:
         hash(resource)
     return len(recomputed)
+
+
+def test_a_manager_after_one_that_shut_the_global_providers_down_still_exports(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    result = run_python(
+        """
+        import logging, sys
+        logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
+        from kaos_otel import KaosOtelManager
+        first = KaosOtelManager("first", endpoint=ENDPOINT)
+        first.shutdown(5)  # a test's teardown, an app reload: the global providers stay, shut down
+        second = KaosOtelManager("second", endpoint=ENDPOINT)
+        with second.invoke_agent("agent"):
+            logging.getLogger("app").warning("after the reload")
+        print("RESULT", second.force_flush(5), second.shutdown(5))
+        """.replace("ENDPOINT", repr(otlp_receiver.grpc_endpoint)),
+        clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RESULT True True" in result.stdout, result.stdout
+    assert otlp_receiver.wait_for(lambda r: bool(r.spans() and r.logs() and r.metric_points()), 10)
+    assert [s.name for s in otlp_receiver.spans()] == ["invoke_agent agent"]
+    assert [str(log.body) for log in otlp_receiver.logs()] == ["after the reload"]
+    warnings = [line for line in result.stdout.splitlines() if "was shut down by an earlier manager" in line]
+    assert len(warnings) == 3, result.stdout  # tracer, meter and logger provider, once each
