@@ -139,10 +139,11 @@ def configure(**settings: Any) -> KaosOtelManager:
         if _default is None:
             _default = KaosOtelManager(**settings)
             _default_settings = dict(settings)
-        elif settings and settings != _default_settings:
+        else:
             ignored = sorted(key for key in settings if _default_settings.get(key, object()) != settings[key])
-            _log.warning(
-                "kaos_otel.configure() was already called; these arguments are not applied: %s",
-                ", ".join(ignored),
-            )
+            if ignored:  # the same arguments, or some of them, are what is already applied
+                _log.warning(
+                    "kaos_otel.configure() was already called; these arguments are not applied: %s",
+                    ", ".join(ignored),
+                )
         return _default

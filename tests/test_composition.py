@@ -36,6 +36,7 @@ def test_configure_twice_returns_the_default_and_says_which_arguments_it_cannot_
         first = kaos_otel.configure(service_name="svc-a", bridge_logging=False)
         assert kaos_otel.configure() is first
         assert kaos_otel.configure(service_name="svc-a", bridge_logging=False) is first
+        assert kaos_otel.configure(service_name="svc-a") is first  # some of the same: nothing to say
         assert kaos_otel.configure(service_name="svc-b", bridge_logging=False) is first
         print("ok")
         """
