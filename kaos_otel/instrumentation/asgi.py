@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanKind
 from kaos_otel import catalog
 from kaos_otel._config import TrustPolicy
 from kaos_otel._internal_log import internal_error
+from kaos_otel._spans import SpanHandle
 from kaos_otel._telemetry import AgentTelemetry
 from kaos_otel.catalog import Outcome
 from kaos_otel.propagation import extract_incoming
@@ -184,7 +185,7 @@ def _route_path(path: str, root_path: str) -> str:
     return path
 
 
-def _name_by_route(handle: Any, scope: Scope, root_path: str) -> None:
+def _name_by_route(handle: SpanHandle, scope: Scope, root_path: str) -> None:
     """Name the span ``{method} {route}`` and set ``http.route`` once routing matched a route (the
     prefixes of the sub-applications it was mounted under included)."""
     try:
