@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kaos_otel import KaosOtelManager
+from kaos_otel import KaosOtelManager, _internal_log
 from kaos_otel.receiver import OtlpReceiver
 
 FAST_MODULES = frozenset(
@@ -50,6 +50,12 @@ def module_receiver() -> Iterator[OtlpReceiver]:
     """One OTLP receiver for every test of a module (for modules that start processes once)."""
     with OtlpReceiver() as receiver:
         yield receiver
+
+
+@pytest.fixture
+def unsaid_notices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kaos-otel's once-per-process notices as if none had been logged yet in this process."""
+    monkeypatch.setattr(_internal_log, "_last_logged", {})
 
 
 @pytest.fixture(autouse=True)

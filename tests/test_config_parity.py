@@ -904,6 +904,7 @@ def test_grpc_insecure_and_endpoint_without_scheme(
         plain.shutdown()
 
 
+@pytest.mark.usefixtures("unsaid_notices")
 def test_batch_settings_the_sdk_would_refuse_are_replaced_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -558,6 +558,7 @@ def test_repeated_header_fields_are_combined_as_rfc_9110_says(
         ("all", TrustPolicy.IGNORE),
     ],
 )
+@pytest.mark.usefixtures("unsaid_notices")
 def test_a_trust_setting_is_read_in_any_case_and_an_unknown_one_trusts_nothing(
     setting: str | None, policy: TrustPolicy, make_otel: MakeOtel, caplog: pytest.LogCaptureFixture
 ) -> None:
