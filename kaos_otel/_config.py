@@ -34,7 +34,7 @@ from opentelemetry.sdk.environment_variables import (
     OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT,
 )
 
-from kaos_otel._internal_log import log_once
+from kaos_otel._internal_log import internal_error, log_once
 
 OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 KAOS_OTEL_CONSOLE = "KAOS_OTEL_CONSOLE"
@@ -179,7 +179,7 @@ class TelemetrySettings:
             where = _signal_endpoint(env, signal, endpoint, protocol)
             if where:
                 endpoints[signal] = where
-                protocols[signal] = _enum(
+                protocols[signal] = enum_member(
                     OtlpProtocol,
                     protocol or env.get(SIGNAL_PROTOCOLS[signal]) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL),
                     OtlpProtocol.GRPC,
@@ -217,7 +217,7 @@ def _signal_endpoint(
 ) -> str | None:
     """Where ``signal`` goes: the explicit endpoint, else the per-signal or base variable."""
     if endpoint:
-        if _enum(OtlpProtocol, protocol, OtlpProtocol.GRPC) is OtlpProtocol.HTTP_PROTOBUF:
+        if enum_member(OtlpProtocol, protocol, OtlpProtocol.GRPC) is OtlpProtocol.HTTP_PROTOBUF:
             return endpoint.rstrip("/") + f"/v1/{signal}"
         return endpoint
     return env.get(SIGNAL_ENDPOINTS[signal]) or env.get(OTEL_EXPORTER_OTLP_ENDPOINT) or None
@@ -257,13 +257,18 @@ def _capture(raw: str | None) -> ContentCapture:
     value = (raw or "").strip().upper()
     if value in ("TRUE", "1", "YES", "ON"):
         return ContentCapture.SPAN_AND_EVENT
-    return _enum(ContentCapture, value, ContentCapture.NO_CONTENT)
+    return enum_member(ContentCapture, value, ContentCapture.NO_CONTENT)
 
 
-def _enum(kind: type[_E], raw: Any, default: _E) -> _E:
+def enum_member(kind: type[_E], raw: object, default: _E, where: str | None = None) -> _E:
+    """``raw`` as a member of ``kind`` (a member, or its value with spaces around it); ``default``
+    when unset or naming no member, which is logged as an internal error of ``where`` if given."""
     if isinstance(raw, kind):
         return raw
     try:
-        return kind(str(raw).strip()) if raw not in (None, "") else default
-    except ValueError:
+        text = "" if raw is None else str(raw).strip()
+        return kind(text) if text else default
+    except Exception as exc:
+        if where is not None:
+            internal_error(where, exc)
         return default

@@ -14,7 +14,6 @@ import inspect
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
-from enum import StrEnum
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
 
@@ -25,6 +24,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel import catalog
+from kaos_otel._config import enum_member
 from kaos_otel._content import ContentPolicy, to_attribute_value, to_attributes
 from kaos_otel._internal_log import internal_error
 from kaos_otel.catalog import Outcome
@@ -35,19 +35,6 @@ _ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
 _OVERRIDDEN_BY_EXCEPTION = frozenset({None, Outcome.SUCCESS, Outcome.DEGRADED})
 
 F = TypeVar("F", bound=Callable[..., Any])
-_Member = TypeVar("_Member", bound=StrEnum)
-
-
-def enum_member(kind: type[_Member], value: object, default: _Member, where: str) -> _Member:
-    """``value`` as a member of ``kind`` (its string works too); ``default`` if it names none,
-    logged as an internal error rather than raised into the caller."""
-    if isinstance(value, kind):
-        return value
-    try:
-        return kind(str(value))
-    except Exception as exc:
-        internal_error(where, exc)
-        return default
 EndCallback = Callable[["SpanHandle", float], None]
 
 

@@ -17,18 +17,11 @@ from opentelemetry.trace import Link, SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel import catalog
+from kaos_otel._config import enum_member
 from kaos_otel._content import ContentPolicy, to_attributes
 from kaos_otel._internal_log import internal_error
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
-from kaos_otel._spans import (
-    NOOP_HANDLE,
-    EndCallback,
-    NoopSpanHandle,
-    SpanFactory,
-    SpanHandle,
-    SpanScope,
-    enum_member,
-)
+from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle, SpanScope
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
 
