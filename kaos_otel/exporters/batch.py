@@ -101,12 +101,13 @@ class BatchSettings:
         batch = overrides.get("max_export_batch_size") or batch
         delay = overrides.get("schedule_delay_ms") or delay
         if batch > queue:  # the SDK refuses this combination; a smaller batch is the safe reading
-            log_once(
-                f"batch-larger-than-queue {names[1]}",
-                "kaos-otel: %s (%d) is larger than %s (%d); batches of %d are exported",
-                names[1], batch, names[0], queue, queue,
-                level=logging.WARNING,
-            )  # fmt: skip
+            if not any(overrides.get(key) for key in ("max_queue_size", "max_export_batch_size")):
+                log_once(  # both sizes from the environment: say which variables disagree
+                    f"batch-larger-than-queue {names[1]}",
+                    "kaos-otel: %s (%d) is larger than %s (%d); batches of %d are exported",
+                    names[1], batch, names[0], queue, queue,
+                    level=logging.WARNING,
+                )  # fmt: skip
             batch = queue
         return cls(max_queue_size=queue, max_export_batch_size=batch, schedule_delay_ms=delay)
 
