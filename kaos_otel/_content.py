@@ -145,8 +145,10 @@ class ContentPolicy:
         return self._clean_structured(key, value, 0)  # type: ignore[return-value]
 
     def _clean_structured(self, key: str, value: object, depth: int) -> object:
-        if isinstance(value, str | int | float | bytes) or value is None:
-            return value if value is None else self.clean_attribute(key, value)
+        if value is None:
+            return None
+        if isinstance(value, str | int | float | bytes):
+            return self.clean_attribute(key, value)
         if isinstance(value, Mapping | list | tuple):
             if depth >= _MAX_STRUCTURE_DEPTH or len(value) > _MAX_STRUCTURE_ITEMS:
                 return self.clean_text(json.dumps(value, default=_safe_str), self.max_value_length)

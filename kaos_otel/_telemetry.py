@@ -544,32 +544,27 @@ class AgentTelemetry:
 
     def record_window_tokens(self, agent_name: str, tokens: int) -> None:
         """Record the short-term window size (tokens) after a turn."""
-        if self._enabled:
-            try:
-                self._metrics.record_window_tokens(agent_name, tokens)
-            except Exception as exc:
-                internal_error("record_window_tokens", exc)
+        self._record("record_window_tokens", self._metrics.record_window_tokens, agent_name, tokens)
 
     def record_compaction(self, agent_name: str, outcome: Outcome | str = Outcome.SUCCESS) -> None:
         """Record one short-term window compaction."""
-        if self._enabled:
-            outcome = enum_member(Outcome, outcome, Outcome.SUCCESS, "record_compaction outcome")
-            try:
-                self._metrics.record_compaction(agent_name, outcome)
-            except Exception as exc:
-                internal_error("record_compaction", exc)
+        outcome = enum_member(Outcome, outcome, Outcome.SUCCESS, "record_compaction outcome")
+        self._record("record_compaction", self._metrics.record_compaction, agent_name, outcome)
 
     def record_extraction_lag(
         self, agent_name: str, lag_s: float, outcome: Outcome | str = Outcome.SUCCESS
     ) -> None:
         """Record the delay from compaction to long-term extraction finishing."""
-        if self._enabled:
-            outcome = enum_member(Outcome, outcome, Outcome.SUCCESS, "record_extraction_lag outcome")
-            try:
-                self._metrics.record_extraction_lag(agent_name, lag_s, outcome)
-            except Exception as exc:
-                internal_error("record_extraction_lag", exc)
+        outcome = enum_member(Outcome, outcome, Outcome.SUCCESS, "record_extraction_lag outcome")
+        self._record("record_extraction_lag", self._metrics.record_extraction_lag, agent_name, lag_s, outcome)
 
+    def _record(self, where: str, record: Callable[..., None], *args: object) -> None:
+        """Record a metric point when telemetry is on; a failure is logged, never raised."""
+        if self._enabled:
+            try:
+                record(*args)
+            except Exception as exc:
+                internal_error(where, exc)
 
 def _token_count(value: object) -> int | None:
     """``value`` if it can be a token count on a span and a metric point, else ``None`` (logged)."""
