@@ -318,6 +318,9 @@ class SpanFactory:
         """Decorate a sync, async, generator or async-generator function with a span."""
 
         def decorate(fn: F) -> F:
+            if isinstance(fn, (staticmethod, classmethod)):
+                # above @staticmethod / @classmethod: trace the function, keep the descriptor
+                return cast(F, type(fn)(decorate(fn.__func__)))
             span_name = name or getattr(fn, "__qualname__", None) or type(fn).__qualname__  # a partial too
             if inspect.isasyncgenfunction(fn):
                 return cast(F, self._wrap_async_generator(fn, span_name, kind, attributes))

@@ -290,9 +290,10 @@ class AgentTelemetry:
         """Decorator for sync, async, generator and async-generator functions.
 
         Use it as ``@otel.traced`` or ``@otel.traced("name", kind=..., attributes=...)``; the span
-        is named after the function's qualified name unless a name is given.
+        is named after the function's qualified name unless a name is given. Above
+        ``@staticmethod`` or ``@classmethod`` it traces the function and keeps the descriptor.
         """
-        if callable(name):
+        if callable(name) or isinstance(name, classmethod):  # bare ``@otel.traced``
             return self.traced()(name)
         if not self._enabled:
             return _identity

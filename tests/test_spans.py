@@ -724,6 +724,41 @@ def test_bare_decorator_traces_and_disabled_decorator_keeps_behaviour(
     assert not any(s.name.endswith("add_two") for s in otlp_receiver.spans())
 
 
+async def test_traced_above_staticmethod_and_classmethod_keeps_the_descriptor(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+
+    class Agent:
+        @otel.traced()
+        @staticmethod
+        async def plan(goal: str) -> str:
+            await asyncio.sleep(0)
+            return f"plan for {goal}: {current_name()}"
+
+        @otel.traced
+        @classmethod
+        def build(cls, name: str) -> str:
+            return f"{cls.__name__} {name}: {current_name()}"
+
+    assert await Agent().plan("x") == f"plan for x: {Agent.plan.__qualname__}"
+    assert await Agent.plan("y") == f"plan for y: {Agent.plan.__qualname__}"
+    assert Agent.build("z") == f"Agent z: {Agent.build.__qualname__}"
+    assert Agent().build("w") == f"Agent w: {Agent.build.__qualname__}"
+    spans = collect(otel, otlp_receiver, 4)
+    expected = {Agent.plan.__qualname__: 2, Agent.build.__qualname__: 2}
+    assert {name: len(named) for name, named in spans.items()} == expected
+    disabled = make_otel(environ={"OTEL_SDK_DISABLED": "true"})
+
+    class Quiet:
+        @disabled.traced
+        @classmethod
+        def build(cls) -> str:
+            return cls.__name__
+
+    assert Quiet.build() == "Quiet"
+
+
 def test_a_with_span_begins_when_the_block_is_entered(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:
