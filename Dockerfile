@@ -11,9 +11,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-COPY pyproject.toml README.md LICENSE ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY kaos_otel ./kaos_otel
 COPY instrumented_agent ./instrumented_agent
+# the dashboards and collector configurations setup.py copies into the wheel
+# (`kaos-otel collector config`, `kaos-otel dashboards export`)
+COPY collector ./collector
+COPY dashboards ./dashboards
 RUN pip install '.[agent]' \
     && useradd --system --uid 10001 --no-create-home kaos \
     && mkdir -p /var/lib/kaos && chown 10001 /var/lib/kaos

@@ -6,7 +6,9 @@ alone (no editable install, no checkout on the path), and the commands run from 
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,21 +17,26 @@ from pathlib import Path
 import pytest
 from test_collector import collector_binary
 
-from kaos_otel.assets import COLLECTOR_PROFILES, asset_files, collector_config
+from kaos_otel.assets import ASSET_PATTERNS, COLLECTOR_PROFILES, asset_files, collector_config
 from kaos_otel.cli import main as kaos_otel_main
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+def build_wheel(source: Path, dist: Path) -> Path:
+    """The wheel of the project at ``source``, built into ``dist``."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", dist, "."],
+        cwd=source, check=True, capture_output=True, timeout=240,
+    )  # fmt: skip
+    (wheel,) = dist.glob("kaos_otel-*.whl")
+    return wheel
+
+
 @pytest.fixture(scope="module")
 def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """This checkout built as a wheel and unpacked: the directory to put on ``PYTHONPATH``."""
-    dist = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", dist, "."],
-        cwd=REPO, check=True, capture_output=True, timeout=240,
-    )  # fmt: skip
-    (wheel,) = dist.glob("kaos_otel-*.whl")
+    wheel = build_wheel(REPO, tmp_path_factory.mktemp("dist"))
     site = tmp_path_factory.mktemp("site")
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
@@ -108,3 +115,51 @@ def test_dashboards_import_asks_for_the_api_key(
     monkeypatch.delenv("SIGNOZ_API_KEY", raising=False)
     assert kaos_otel_main(["dashboards", "import", "--signoz", "http://127.0.0.1:9", "--dry-run"]) == 2
     assert "no API key: pass --api-key or set SIGNOZ_API_KEY" in capsys.readouterr().err
+
+
+def docker_build_context(destination: Path) -> None:
+    """What the Dockerfile's ``COPY`` lines put in its work directory, ``.dockerignore`` applied."""
+    ignored = [
+        line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip()
+    ]
+
+    def is_ignored(relative: str) -> bool:
+        return any(
+            fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(relative, pattern.removeprefix("**/"))
+            or relative.startswith(pattern.rstrip("/") + "/")
+            for pattern in ignored
+        )  # fmt: skip
+
+    for line in (REPO / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if not words or words[0] != "COPY":
+            continue
+        *sources, target = words[1:]
+        for source in sources:
+            origin, folder = REPO / source, destination / target
+            if origin.is_file():  # a file into a folder (``./``) or to a path
+                copies = {origin: folder / source if target.endswith("/") else folder}
+            else:  # a folder's contents into the target folder
+                copies = {path: folder / path.relative_to(origin) for path in origin.rglob("*")}
+            for path, copy in copies.items():
+                relative = path.relative_to(REPO).as_posix()
+                if path.is_file() and not is_ignored(relative):
+                    copy.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(path, copy)
+
+
+@pytest.mark.timeout(300)
+def test_the_docker_image_installs_the_assets_too(tmp_path: Path) -> None:
+    """The image's ``pip install .`` runs on what the Dockerfile copies: its wheel carries every asset."""
+    context = tmp_path / "app"
+    docker_build_context(context)
+    wheel = build_wheel(context, tmp_path / "dist")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    expected = {
+        f"kaos_otel/_data/{path.relative_to(REPO).as_posix()}"
+        for folder in ASSET_PATTERNS
+        for path in asset_files(folder, REPO)
+    }
+    assert expected and expected <= names, sorted(expected - names)
+

@@ -30,6 +30,7 @@ from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import SpanKind
 
 from kaos_otel import KaosOtelManager, catalog
+from kaos_otel._secrets import default_redactor
 from kaos_otel.receiver import OtlpReceiver, ReceivedLog, ReceivedMetricPoint, ReceivedSpan, load_otlp_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -588,7 +589,9 @@ def test_production_redaction_masks_the_secret_corpus(
     otlp_receiver: OtlpReceiver, tmp_path: Path, protocol: str
 ) -> None:
     """The secret corpus of test_secrets.py, with the SDK's redactor off and content capture on:
-    the production collector's redaction processor alone leaves 0 secrets in what it exports."""
+    the production collector's redaction processor alone leaves 0 secrets in what it exports,
+    and of the benign corpus it alters no text the SDK's redactor leaves alone (token counts)."""
+    benign = sorted({make() for make in secret_corpus.BENIGN for _ in range(10)})
     collector, ports = start_production_collector(otlp_receiver, tmp_path)
     try:
         otel = KaosOtelManager(
@@ -605,10 +608,14 @@ def test_production_redaction_masks_the_secret_corpus(
         try:
             for placement in secret_corpus.CORPUS:
                 secret_corpus.send(otel, placement)
+            for text in benign:
+                with otel.span("benign", attributes={"app.text": text}):
+                    logging.getLogger(secret_corpus.LOGGER).warning("%s", text)
             assert otel.force_flush(30)
         finally:
             otel.shutdown(timeout=10)
-        spans, logs = 4 * len(secret_corpus.CORPUS), 2 * len(secret_corpus.CORPUS)
+        spans = 4 * len(secret_corpus.CORPUS) + len(benign)
+        logs = 2 * len(secret_corpus.CORPUS) + len(benign)
         wait_until(
             lambda: len(otlp_receiver.spans()) >= spans and len(otlp_receiver.logs()) >= logs,
             "the corpus through the collector",
@@ -620,3 +627,7 @@ def test_production_redaction_masks_the_secret_corpus(
     found = [leak for placement in secret_corpus.CORPUS for leak in secret_corpus.leaks(payload, placement)]
     assert found == [], f"{len(found)} of {len(secret_corpus.CORPUS)} placements leaked: {found[:5]}"
     assert all(p.context.encode() in payload for p in secret_corpus.CORPUS)
+    arrived = {span.attributes["app.text"] for span in otlp_receiver.spans() if span.name == "benign"}
+    arrived &= {log.body for log in otlp_receiver.logs()}
+    altered_by_sdk = {text for text in benign if default_redactor(text) != text}
+    assert sorted(set(benign) - arrived - altered_by_sdk) == []
