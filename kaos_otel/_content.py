@@ -174,7 +174,8 @@ class ContentPolicy:
         return {key: self.clean_attribute(key, value) for key, value in attributes.items()}
 
     def exception_attributes(self, exc: BaseException) -> dict[str, AttributeValue]:
-        """``exception.*`` attributes; the message and stack text only when content capture is on."""
+        """``exception.*`` attributes; the message only when content capture is on (otherwise the
+        stack trace keeps its frames and the exception type, without the message)."""
         exc_type = type(exc)
         type_name = exc_type.__qualname__
         module = exc_type.__module__

@@ -57,7 +57,8 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
 )
 
 SECRET_KEY_NAME = re.compile(
-    r"(?i)(password|passwd|secret|token(?!s)|api[_-]?key|apikey|authorization|credential|cookie)"
+    r"(?i)(password|passwd|secret|token(?!s)|api[_-]?key|apikey|private[_-]?key|access[_-]?key|"
+    r"authorization|credential|cookie)"
 )
 """Attribute keys and header names whose whole value is a secret."""
 

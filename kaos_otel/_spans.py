@@ -142,7 +142,7 @@ class SpanHandle:
             self._error_type = outcome.value
 
     def record_exception(self, exc: BaseException) -> None:
-        """Record an ``exception`` event (message and stack only with content capture on)."""
+        """Record an ``exception`` event (the message only with content capture on)."""
         self.span.add_event("exception", self._policy.exception_attributes(exc))
 
     # --- ending -----------------------------------------------------------------------------

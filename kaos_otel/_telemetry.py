@@ -447,8 +447,9 @@ class AgentTelemetry:
     ) -> SpanHandle:
         """A tool call (``execute_tool {tool}``); arguments are recorded only with content capture on.
 
-        Span names and labels carry only a registered tool name (any other is ``_other``, and the
-        name asked for is recorded as ``kaos.requested_name`` only with content capture on).
+        Once tool names are registered, span names and labels carry only those (any other is
+        ``_other``, and the name asked for is recorded as ``kaos.requested_name`` only with content
+        capture on); before, the first 50 distinct names.
         """
         if not self._enabled:
             return NOOP_HANDLE

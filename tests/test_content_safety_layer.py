@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -117,6 +118,21 @@ def test_disabled_and_enabled_managers_share_one_policy_type(make_otel: MakeOtel
     otel: KaosOtelManager = make_otel(environ={"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "64"})
     assert otel.content_policy.max_value_length == 64
     assert otel.content_policy.clean_text(f"x {SECRET}") == f"x {REDACTED}"
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["password", "db.passwd", "secret", "auth_token", "api_key", "private_key", "ssh.private-key",
+     "aws.access_key", "accessKey", "credentials", "authorization", "cookie"],
+)  # fmt: skip
+def test_a_whole_attribute_whose_key_names_a_secret_is_masked(key: str) -> None:
+    """Every key name the README lists masks the whole value, whatever its shape."""
+    assert ContentPolicy().clean_attribute(key, "plain-value-42") == REDACTED
+
+
+@pytest.mark.parametrize("key", ["gen_ai.usage.input_tokens", "max_tokens", "primary_key", "keyboard"])
+def test_keys_that_only_look_like_secrets_keep_their_values(key: str) -> None:
+    assert ContentPolicy().clean_attribute(key, "plain-value-42") == "plain-value-42"
 
 
 def test_structured_log_attributes_are_cleaned_item_by_item_and_capped() -> None:

@@ -196,6 +196,34 @@ def test_only_full_batches_leave_early_the_rest_waits_as_in_the_sdk() -> None:
         queue.shutdown(5)
 
 
+def test_shutdown_during_a_full_batch_export_still_exports_the_rest() -> None:
+    """Shutdown while the export thread sends a full batch: the items left behind it are exported
+    before the thread ends (they were lost, uncounted: n mod the batch size at every exit)."""
+    exported: list[list[int]] = []
+    exporting = threading.Event()
+    release = threading.Event()
+
+    def export(batch: Sequence[int]) -> None:
+        exported.append(list(batch))
+        exporting.set()
+        release.wait(5)
+
+    health = TelemetryHealth()
+    settings = BatchSettings(max_queue_size=10, max_export_batch_size=2, schedule_delay_ms=60_000)
+    queue = BatchQueue("traces", export, health, settings)
+    queue.put(0)
+    queue.put(1)  # a full batch: the export thread wakes and sends only full batches
+    assert exporting.wait(5)
+    queue.put(2)
+    stopping = threading.Thread(target=queue.shutdown, args=(5,))
+    stopping.start()
+    time.sleep(0.1)  # shutdown() has marked the queue closed while [0, 1] is being sent
+    release.set()
+    stopping.join(5)
+    assert exported == [[0, 1], [2]]
+    assert health.dropped() == 0
+
+
 # --- disabled, no endpoint, host providers -------------------------------------------------------
 
 

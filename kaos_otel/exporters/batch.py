@@ -211,6 +211,8 @@ class BatchQueue(Generic[T]):
                 with self._flush_lock:
                     flushes, self._flush_requests = self._flush_requests, []
                 self._drain(full_batches_only=woken and not flushes and not self._closed)
+                if self._closed:  # closed during that drain too: what it left behind goes now
+                    self._drain(full_batches_only=False)
                 for finished in flushes:
                     finished.set()
                 if self._closed:
