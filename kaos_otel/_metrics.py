@@ -120,11 +120,9 @@ class LabelBounds:
         self._seen: dict[str, set[str]] = {key: set() for key in BOUNDED_KEYS}
 
     def register(self, key: str, names: Iterable[str]) -> None:
-        """Declare names that are legitimate values of ``key`` (from now on, only these are kept;
-        declaring none leaves ``key`` as it was)."""
+        """Declare names that are legitimate values of ``key``: from now on, only these (and names
+        declared later) are kept; declaring an empty list closes ``key`` to every name."""
         declared = set(names)
-        if not declared:
-            return
         with self._lock:
             known = self._known.setdefault(key, set())
             known.update(declared)

@@ -304,18 +304,28 @@ class AgentTelemetry:
         self,
         agent: str | None = None,
         *,
-        tools: Iterable[str] = (),
-        models: Iterable[str] = (),
-        targets: Iterable[str] = (),
+        tools: Iterable[str] | None = None,
+        models: Iterable[str] | None = None,
+        targets: Iterable[str] | None = None,
     ) -> None:
-        """Declare the names an agent knows; other names from model output become one overflow label."""
+        """Declare the names an agent knows; other names from model output become one overflow label.
+
+        A kind left out (``None``) stays as it was: until names of it are declared, its first 50
+        distinct names are kept. An empty list declares that the agent knows none (an agent with
+        no tools): every name of that kind is then ``_other``.
+        """
         bounds = self._metrics.bounds
         if agent is not None:
             bounds.register(catalog.GEN_AI_AGENT_NAME, [agent])
-        bounds.register(catalog.GEN_AI_TOOL_NAME, tools)
-        bounds.register(catalog.GEN_AI_REQUEST_MODEL, models)
-        bounds.register(catalog.KAOS_DELEGATION_TARGET, targets)
-        bounds.register(catalog.GEN_AI_AGENT_NAME, targets)
+        for key, names in (
+            (catalog.GEN_AI_TOOL_NAME, tools),
+            (catalog.GEN_AI_REQUEST_MODEL, models),
+            (catalog.KAOS_DELEGATION_TARGET, targets),
+        ):
+            if names is not None:
+                bounds.register(key, names)
+        if targets:
+            bounds.register(catalog.GEN_AI_AGENT_NAME, targets)
 
     def _begin(
         self,

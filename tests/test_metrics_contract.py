@@ -410,6 +410,21 @@ def test_a_value_kept_before_names_are_registered_is_not_kept_after() -> None:
     assert bounds.bound(catalog.GEN_AI_AGENT_NAME, "scratchpad") == "scratchpad"  # other keys unaffected
 
 
+def test_an_agent_declaring_no_tools_closes_the_tool_names() -> None:
+    """``tools=[]`` (an agent without tools, or whose MCP servers are not up yet): a tool name the
+    model makes up is ``_other``, not one of the first 50 kept; names declared later are kept."""
+    otel = KaosOtelManager("toolless", global_providers=False)
+    try:
+        otel.register_known_names("coordinator", tools=[], targets=["researcher"])
+        bounds = otel.metrics.bounds
+        assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "missing_tool") == catalog.OVERFLOW_VALUE
+        assert bounds.bound(catalog.GEN_AI_REQUEST_MODEL, "gpt-4o") == "gpt-4o"  # models: not declared
+        otel.register_known_names("coordinator", tools=["echo"])
+        assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "echo") == "echo"
+    finally:
+        otel.shutdown(5)
+
+
 def test_registering_names_of_one_kind_leaves_the_other_kinds_capped_not_closed() -> None:
     otel = KaosOtelManager("support", global_providers=False)
     try:
