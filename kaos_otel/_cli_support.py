@@ -1,4 +1,5 @@
-"""What both command lines share: ``--version`` and errors that show the subcommand's usage."""
+"""What both command lines share: ``--version``, port arguments and errors that show the
+subcommand's usage."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
-__all__ = ["add_version", "parse_args"]
+__all__ = ["add_version", "parse_args", "port_number"]
+
+
+def port_number(text: str) -> int:
+    """An ``argparse`` type: a TCP port number, 0 for any free port."""
+    port = int(text) if text.strip().isdigit() else -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return port
 
 
 def add_version(parser: argparse.ArgumentParser) -> None:

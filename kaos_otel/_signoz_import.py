@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,6 @@ import httpx
 
 from kaos_otel.assets import AssetsMissingError, asset_root
 
-DEFAULT_URL = "http://localhost:8080"
 API_KEY_HEADER = "SIGNOZ-API-KEY"
 PAGE = 200
 
@@ -335,40 +333,12 @@ def run_import(
     return report
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``kaos-otel dashboards import``."""
-    parser.add_argument(
-        "files", nargs="*", type=Path, help="JSON files (default: the shipped dashboard and alert rules)"
-    )
-    parser.add_argument(
-        "--signoz",
-        "--url",
-        dest="url",
-        metavar="URL",
-        default=os.environ.get("SIGNOZ_URL", DEFAULT_URL),
-        help=f"SigNoz base URL (env SIGNOZ_URL, default {DEFAULT_URL})",
-    )
-    parser.add_argument("--api-key", default=os.environ.get("SIGNOZ_API_KEY"), help="SigNoz API key")
-    parser.add_argument("--dry-run", action="store_true", help="create nothing; test rules with testRule")
-    parser.add_argument("--replace", action="store_true", help="update dashboards/rules that already exist")
-    parser.add_argument("--only", choices=("dashboards", "rules"), help="import only one kind")
-    parser.add_argument(
-        "--channel",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="notification channel for every rule (repeatable; default: none)",
-    )
-    parser.add_argument(
-        "--rules-api", choices=("v1", "v2"), default="v1", help="rules endpoints (default v1)"
-    )
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
-
-
 def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | None = None) -> int:
     """Parse ``argv`` like ``kaos-otel dashboards import`` and run it (tests pass a fake transport)."""
+    from kaos_otel.cli import add_signoz_import_arguments
+
     parser = argparse.ArgumentParser(prog="kaos-otel dashboards import")
-    add_arguments(parser)
+    add_signoz_import_arguments(parser)
     return run(parser.parse_args(argv), transport=transport)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kaos_otel._cli_support import add_version, parse_args
+from kaos_otel._cli_support import add_version, parse_args, port_number
 from kaos_otel.catalog import catalog_as_dict, metrics_markdown
 
 __all__ = ["main"]
@@ -31,14 +31,6 @@ def _error(message: str) -> int:
 
 def _color(choice: bool | None) -> bool:
     return choice if choice is not None else sys.stdout.isatty() and "NO_COLOR" not in os.environ
-
-
-def _port(text: str) -> int:
-    """An ``argparse`` type: a TCP port number, 0 for any free port."""
-    port = int(text) if text.strip().isdigit() else -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
-    return port
 
 
 def _receive(args: argparse.Namespace) -> int:
@@ -221,10 +213,10 @@ def _parser() -> argparse.ArgumentParser:
         "traces (as trees with a waterfall) and metrics. Enter prints a metrics summary, Ctrl-C stops.",
     )
     receive.add_argument(
-        "--grpc-port", type=_port, default=4317, help="OTLP/gRPC port (default 4317; 0: any)"
+        "--grpc-port", type=port_number, default=4317, help="OTLP/gRPC port (default 4317; 0: any)"
     )
     receive.add_argument(
-        "--http-port", type=_port, default=4318, help="OTLP/HTTP port (default 4318; 0: any)"
+        "--http-port", type=port_number, default=4318, help="OTLP/HTTP port (default 4318; 0: any)"
     )
     receive.add_argument(
         "--host", default="127.0.0.1", help="IPv4 address to listen on (default 127.0.0.1; 0.0.0.0: all)"
@@ -293,7 +285,7 @@ def _add_asset_commands(commands: Any) -> None:
         help="create the dashboard and alert rules in a running SigNoz (API key: SIGNOZ_API_KEY)",
         epilog="Environment: SIGNOZ_URL, SIGNOZ_API_KEY.",
     )
-    _add_signoz_import_arguments(signoz)
+    add_signoz_import_arguments(signoz)
     signoz.set_defaults(handler=_dashboards_import)
 
     collector = commands.add_parser("collector", help="the OpenTelemetry Collector configuration")
@@ -313,13 +305,38 @@ def _add_asset_commands(commands: Any) -> None:
     files.set_defaults(handler=_collector_export)
 
 
-def _add_signoz_import_arguments(parser: argparse.ArgumentParser) -> None:
-    try:
-        from kaos_otel._signoz_import import add_arguments
-    except ImportError:  # without httpx the command explains what to install when run
-        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-        return
-    add_arguments(parser)
+DEFAULT_SIGNOZ_URL = "http://localhost:8080"
+
+
+def add_signoz_import_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``kaos-otel dashboards import`` (defined here: they parse without httpx, which
+    the command needs only to run)."""
+    parser.add_argument(
+        "files", nargs="*", type=Path, help="JSON files (default: the shipped dashboard and alert rules)"
+    )
+    parser.add_argument(
+        "--signoz",
+        "--url",
+        dest="url",
+        metavar="URL",
+        default=os.environ.get("SIGNOZ_URL", DEFAULT_SIGNOZ_URL),
+        help=f"SigNoz base URL (env SIGNOZ_URL, default {DEFAULT_SIGNOZ_URL})",
+    )
+    parser.add_argument("--api-key", default=os.environ.get("SIGNOZ_API_KEY"), help="SigNoz API key")
+    parser.add_argument("--dry-run", action="store_true", help="create nothing; test rules with testRule")
+    parser.add_argument("--replace", action="store_true", help="update dashboards/rules that already exist")
+    parser.add_argument("--only", choices=("dashboards", "rules"), help="import only one kind")
+    parser.add_argument(
+        "--channel",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="notification channel for every rule (repeatable; default: none)",
+    )
+    parser.add_argument(
+        "--rules-api", choices=("v1", "v2"), default="v1", help="rules endpoints (default v1)"
+    )
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from test_collector import collector_binary
 
+import kaos_otel
 from kaos_otel.assets import ASSET_PATTERNS, COLLECTOR_PROFILES, asset_files, collector_config
 from kaos_otel.cli import main as kaos_otel_main
 
@@ -115,6 +116,18 @@ def test_dashboards_import_asks_for_the_api_key(
     monkeypatch.delenv("SIGNOZ_API_KEY", raising=False)
     assert kaos_otel_main(["dashboards", "import", "--signoz", "http://127.0.0.1:9", "--dry-run"]) == 2
     assert "no API key: pass --api-key or set SIGNOZ_API_KEY" in capsys.readouterr().err
+
+
+def test_dashboards_import_without_httpx_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The core install has no httpx: the command's options still parse, and it names the fix."""
+    monkeypatch.setitem(sys.modules, "httpx", None)  # import httpx fails, as without it
+    monkeypatch.delitem(sys.modules, "kaos_otel._signoz_import", raising=False)
+    monkeypatch.delattr(kaos_otel, "_signoz_import", raising=False)
+    words = ["dashboards", "import", "--signoz", "http://127.0.0.1:9", "--dry-run"]
+    assert kaos_otel_main(words) == 1
+    assert "dashboards import needs httpx" in capsys.readouterr().err
 
 
 def docker_build_context(destination: Path) -> None:
