@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from instrumented_agent.config import ConfigError, add_agent_arguments, agent_config_from_args
-from kaos_otel._cli_support import add_version, parse_args
+from instrumented_agent.errors import ListenError
+from kaos_otel._cli_support import add_version, parse_args, port_number
 
 __all__ = ["main"]
 
@@ -87,6 +88,14 @@ def _demo(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"kaos-agent demo: error: {exc}", file=sys.stderr)
             return 2
+        late = [f"{f.fault.value}@{f.start_s:g}" for f in faults if f.start_s >= args.duration]
+        if late:
+            print(
+                f"kaos-agent demo: error: {', '.join(late)} starts after the run ends "
+                f"(--duration {args.duration:g})",
+                file=sys.stderr,
+            )
+            return 2
         live = LiveTraffic(args.duration, args.rate, faults)
     elif args.fault:
         print("kaos-agent demo: error: --fault needs --duration", file=sys.stderr)
@@ -111,7 +120,7 @@ def _directory(text: str) -> Path:
 
 def _add_listen_arguments(parser: argparse.ArgumentParser, port: int) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=port, help=f"port to bind (default {port})")
+    parser.add_argument("--port", type=port_number, default=port, help=f"port to bind (default {port})")
     parser.add_argument("--fd", type=int, help="serve on this inherited listening socket instead")
 
 
@@ -180,7 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     user's only: files 0600, directories 0700."""
     os.umask(0o077)
     args = parse_args(_parser(), argv)
-    code: int = args.handler(args)
+    try:
+        code: int = args.handler(args)
+    except ListenError as exc:
+        print(f"kaos-agent: error: {exc}", file=sys.stderr)
+        return 1
     return code
 
 

@@ -223,7 +223,8 @@ def run_demo(
                 if report.failed_streams:
                     out.say(f"  of the streams answered 200, {report.failed_streams} ended in an error event")
                 out.say(f"A research trace from before the faults: {report.research_trace_id or '?'}")
-            _report_telemetry(out, results, spans, points, telemetry_file, external)
+            shown = {r.trace_id for r in results} | {report.research_trace_id if report else None}
+            _report_telemetry(out, shown - {None}, spans, points, telemetry_file, external)
     except KeyboardInterrupt:
         return _interrupted()
     return EXIT_OK if summary["ok"] else EXIT_SCENARIO_FAILED
@@ -261,7 +262,7 @@ def _report_scenario(out: _Output, result: ScenarioResult) -> None:
 
 def _report_telemetry(
     out: _Output,
-    results: Sequence[ScenarioResult],
+    trace_ids: set[str | None],
     spans: Sequence[ReceivedSpan],
     points: Sequence[ReceivedMetricPoint],
     telemetry_file: Path,
@@ -270,7 +271,6 @@ def _report_telemetry(
     if external:
         out.say(f"\nTelemetry was sent to {external}; look the trace ids above up in your backend.")
         return
-    trace_ids = {r.trace_id for r in results}
     color = out.stream.isatty() and "NO_COLOR" not in os.environ
     out.say("\nTraces")
     out.say(render_trace_trees([s for s in spans if s.trace_id in trace_ids], color=color).rstrip())

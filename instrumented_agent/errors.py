@@ -1,4 +1,5 @@
-"""Errors that end an agent run, each with the HTTP status and error type the server answers with."""
+"""Errors that end an agent run, each with the HTTP status and error type the server answers with;
+and the error a service that cannot listen on its port stops with."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ __all__ = [
     "BudgetExceededError",
     "DelegationError",
     "DelegationTimeoutError",
+    "ListenError",
     "ModelError",
     "ToolError",
     "UnknownAgentError",
@@ -68,3 +70,7 @@ class BudgetExceededError(AgentError):
 
     status_code = 504
     error_type = "budget_exceeded"
+
+
+class ListenError(OSError):
+    """A service could not bind its port (in use, not permitted); the message says which and why."""

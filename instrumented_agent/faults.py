@@ -4,8 +4,9 @@
 one small JSON file and hands its path to every service in :data:`ENV_FAULTS_FILE`; each service
 re-reads it when it changes. Without that variable nothing here is active (production path).
 
-- ``memory-latency``: one memory backend call in four takes :data:`MEMORY_LATENCY_S` longer.
-- ``memory-errors``: one memory backend call in four fails (the operation ends ``degraded``).
+- ``memory-latency``: one memory backend call in two takes :data:`MEMORY_LATENCY_S` longer.
+- ``memory-errors``: one memory backend call in two fails (the operation ends ``degraded``; a
+  long-term call fails before Mem0 runs, so it shows as the agent's warning log, not a Mem0 span).
 - ``model-errors``: one model call in two is an HTTP 500 from the scripted model.
 - ``model-latency``: every model reply takes :data:`MODEL_LATENCY_S` longer.
 - ``subagent-down``: agent :data:`DOWN_AGENT` stops answering (its callers' delegations time out).

@@ -50,7 +50,10 @@ class InvalidInputError(AgentError):
 
 
 def check_messages(messages: Sequence[ChatMessage]) -> None:
-    """Refuse too many or too long messages, and text that is not valid Unicode (lone surrogates)."""
+    """Refuse no messages, too many or too long ones, and text that is not valid Unicode (lone
+    surrogates)."""
+    if not messages:
+        raise InvalidInputError("messages must hold at least one message")
     if len(messages) > MAX_MESSAGES:
         raise RequestTooLargeError(f"at most {MAX_MESSAGES} messages per request")
     for message in messages:

@@ -28,9 +28,11 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from instrumented_agent.agent import Agent, Identity, RunResult
 from instrumented_agent.config import (
@@ -274,8 +276,15 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        """A body that is not a chat request (or not valid JSON / UTF-8) is a 400, as OpenAI's API says."""
+        """A body that is not a chat request (or not valid JSON) is a 400, as OpenAI's API says."""
         return _error_response(InvalidInputError(f"invalid request body ({len(exc.errors())} problems)"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """A body FastAPI cannot parse (not UTF-8) is a 400 in OpenAI's shape too; others as FastAPI does."""
+        if exc.status_code == 400:
+            return _error_response(InvalidInputError("request body is not valid UTF-8 JSON"))
+        return await http_exception_handler(request, exc)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from instrumented_agent.errors import ListenError
 from instrumented_agent.supervisor import ENV_SUPERVISOR_PID
 
 __all__ = ["serve"]
@@ -44,7 +45,11 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, fd: int | None = 
     else:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         sock.listen(128)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)

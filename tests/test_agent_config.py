@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,32 @@ def test_serve_agent_without_a_name_exits_2(
     monkeypatch.delenv(ENV_NAME, raising=False)
     assert cli.main(["serve", "agent", "--model-url", "http://m/v1"]) == 2
     assert "agent name is required" in capsys.readouterr().err
+
+
+def test_serving_on_a_busy_port_or_no_port_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert cli.main(["serve", "model", "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"kaos-agent: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["serve", "mcp", "echo", "--port", "99999"])
+    assert usage.value.code == 2
+    assert "'99999' is not a port number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (("--fault", "memory-errors"), "--fault needs --duration"),
+        (("--duration", "10", "--fault", "memory-errors@20"), "memory-errors@20 starts after the run ends"),
+        (("--duration", "10", "--fault", "memory-errors@9-5"), "END after START"),
+    ],
+)
+def test_demo_faults_it_cannot_run_are_usage_errors(
+    words: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["demo", *words]) == 2
+    assert message in capsys.readouterr().err

@@ -18,7 +18,8 @@ from instrumented_agent.limits import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, MAX_MES
 from instrumented_agent.mcp_client import MAX_TOOL_ARGUMENTS_BYTES, McpToolbox
 from instrumented_agent.mcp_servers import MCP_PATH
 from instrumented_agent.memory import MemoryService, RelationalStore, Turn
-from instrumented_agent.memory.relational import estimate_tokens
+from instrumented_agent.memory.relational import Summary, estimate_tokens
+from instrumented_agent.memory.service import Recall
 from instrumented_agent.model_client import ModelClient
 from instrumented_agent.openai_api import ChatMessage
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
@@ -87,14 +88,30 @@ def test_invalid_unicode_is_a_400(running: Running) -> None:
     answer = _post(running.agent, lone_surrogate)
     assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
     invalid_utf8 = b'{"model": "any", "messages": [{"role": "user", "content": "a\xff\xfeb"}]}'
-    assert _post(running.agent, invalid_utf8).status_code == 400
-    assert _post(running.agent, b"not json").status_code == 400
+    for body in (invalid_utf8, b"not json", _body([])):
+        answer = _post(running.agent, body)
+        assert answer.status_code == 400, body
+        assert answer.json()["error"]["type"] == "invalid_request_error", answer.text
 
 
 def test_token_estimate_does_not_depend_on_spaces() -> None:
     spaced, unspaced = " ".join(["word"] * 1000), "w" * 5000
     assert estimate_tokens(unspaced) >= 1000
     assert estimate_tokens(spaced) >= 1000
+
+
+@pytest.mark.parametrize("budget", [120, 400, 9])
+def test_a_summary_larger_than_the_budget_is_cut_and_the_newest_turns_stay(budget: int) -> None:
+    summary = Summary("s1", 4, " ".join(f"folded turn {i} about the opening hours" for i in range(60)))
+    turns = tuple(Turn("user", f"turn {i}: what are the opening hours?") for i in range(5))
+    recalled = Recall(turns, (summary,)).within(budget)
+    texts = [t.content for t in recalled.turns] + [s.content for s in recalled.summaries]
+    assert sum(estimate_tokens(text) for text in texts) <= budget
+    if budget >= 120:
+        assert recalled.turns[-1] == turns[-1]  # the newest turn is kept
+        (cut,) = recalled.summaries
+        assert cut.content.startswith("... ")
+        assert cut.content.endswith("folded turn 59 about the opening hours")
 
 
 async def test_stored_turns_are_capped_and_recall_stays_within_its_budget(
