@@ -20,6 +20,11 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from opentelemetry.environment_variables import (
+    OTEL_LOGS_EXPORTER,
+    OTEL_METRICS_EXPORTER,
+    OTEL_TRACES_EXPORTER,
+)
 from opentelemetry.sdk.environment_variables import (
     OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT,
     OTEL_EXPORTER_OTLP_ENDPOINT,
@@ -51,6 +56,13 @@ SIGNAL_ENDPOINTS = {
     "metrics": OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
     "logs": OTEL_EXPORTER_OTLP_LOGS_ENDPOINT,
 }
+SIGNAL_EXPORTERS = {
+    "traces": OTEL_TRACES_EXPORTER,
+    "metrics": OTEL_METRICS_EXPORTER,
+    "logs": OTEL_LOGS_EXPORTER,
+}
+"""Which exporters a signal uses (``otlp``, ``console``, ``none``), as ``opentelemetry-instrument``
+reads them."""
 SIGNAL_PROTOCOLS = {
     "traces": OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
     "metrics": OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
@@ -151,6 +163,10 @@ class TelemetrySettings:
     would without kaos-otel."""
     capture_content: ContentCapture = ContentCapture.NO_CONTENT
     console: bool = False
+    """Traces and metrics also to stdout (``KAOS_OTEL_CONSOLE``, or ``console=True``)."""
+    exporters: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The exporters ``OTEL_{TRACES,METRICS,LOGS}_EXPORTER`` name for a signal: without ``otlp``,
+    the signal exports no OTLP wherever an endpoint points; ``console`` adds stdout. Unset: OTLP."""
     trust: TrustPolicy = TrustPolicy.TRUSTED
     baggage_allowlist: frozenset[str] = frozenset()
 
@@ -158,6 +174,15 @@ class TelemetrySettings:
     def exporting(self) -> bool:
         """At least one signal has an OTLP endpoint."""
         return bool(self.endpoints)
+
+    def to_console(self, signal: str) -> bool:
+        """Whether ``signal`` is also written to stdout."""
+        return (self.console and signal != "logs") or "console" in self.exporters.get(signal, ())
+
+    def chosen_off(self, signal: str) -> bool:
+        """Whether the environment turned ``signal``'s OTLP export off (``OTEL_*_EXPORTER`` without
+        ``otlp``), rather than no endpoint being set."""
+        return signal in self.exporters and "otlp" not in self.exporters[signal]
 
     @property
     def attribute_limit_from_environment(self) -> bool:
@@ -175,9 +200,12 @@ class TelemetrySettings:
         endpoint = values.pop("endpoint", None)
         endpoints: dict[str, str] = {}
         protocols: dict[str, OtlpProtocol] = {}
+        exporters = {
+            signal: _exporter_names(env, signal) for signal in SIGNALS if env.get(SIGNAL_EXPORTERS[signal])
+        }
         for signal in SIGNALS:
             where = _signal_endpoint(env, signal, endpoint, protocol)
-            if where:
+            if where and (signal not in exporters or "otlp" in exporters[signal]):
                 endpoints[signal] = where
                 protocols[signal] = enum_member(
                     OtlpProtocol,
@@ -205,11 +233,29 @@ class TelemetrySettings:
             endpoints=endpoints,
             protocols=protocols,
             endpoint=endpoint,
+            exporters=exporters,
             baggage_allowlist=frozenset(
                 key.strip() for key in env.get(KAOS_OTEL_BAGGAGE_ALLOWLIST, "").split(",") if key.strip()
             ),
             **values,
         )
+
+
+def _exporter_names(env: Mapping[str, str], signal: str) -> frozenset[str]:
+    """The exporters ``OTEL_<SIGNAL>_EXPORTER`` names (comma-separated); one kaos-otel cannot
+    build is said once and left out."""
+    variable = SIGNAL_EXPORTERS[signal]
+    names = frozenset(name.strip().lower() for name in env.get(variable, "").split(",") if name.strip())
+    unknown = sorted(names - {"otlp", "console", "none"})
+    if unknown:
+        log_once(
+            f"unknown-exporter-{signal}",
+            "kaos-otel: %s=%s: kaos-otel builds the otlp and console exporters only (or none); "
+            "%s ignored",
+            variable, env.get(variable), ", ".join(unknown),
+            level=logging.WARNING,
+        )  # fmt: skip
+    return names & {"otlp", "console"}
 
 
 def _signal_endpoint(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -64,6 +66,10 @@ class KaosLoggingHandler(logging.Handler):
     Records from content loggers are dropped unless content capture is on; exception messages
     are left out unless content capture is on (type and stack frames are kept). A record logged
     while this handler emits (an exporter complaining about the record) is not exported again.
+
+    The bridge leaves Python's own output as it was: a warning or error that no other handler
+    sees goes to ``logging.lastResort`` (stderr) too, as it would without the bridge, so an app
+    that configured no logging still sees its warnings, and kaos-otel's own.
     """
 
     def __init__(
@@ -87,20 +93,34 @@ class KaosLoggingHandler(logging.Handler):
             return False
         return self._policy.capture.enabled or not _matches(logger_name, CONTENT_LOGGERS)
 
+    def handle(self, record: logging.LogRecord) -> bool:
+        """Filter and emit ``record``; hand a warning no other handler sees to the last resort."""
+        last_resort = logging.lastResort
+        if last_resort is not None and record.levelno >= last_resort.level and _only_bridges_see(record):
+            last_resort.handle(record)
+        return bool(super().handle(record))
+
     def emit(self, record: logging.LogRecord) -> None:
         """Translate and emit ``record``; never raises."""
         if _emitting.get():
             return
+        try:
+            body = self.format(record) if self.formatter else record.getMessage()
+        except Exception:
+            # the app's own message does not format ("%d" % "x"): reported as every logging
+            # handler reports it ("--- Logging error ---" on stderr), not hidden
+            self.handleError(record)
+            return
         token = _emitting.set(True)
         try:
             logger = self.logger_provider.get_logger(record.name)
-            logger.emit(self._translate(record))
+            logger.emit(self._translate(record, body))
         except Exception as exc:
             internal_error("log record export", exc)
         finally:
             _emitting.reset(token)
 
-    def _translate(self, record: logging.LogRecord) -> LogRecord:
+    def _translate(self, record: logging.LogRecord, body: str) -> LogRecord:
         attributes: dict[str, AnyValue] = {
             key: value for key, value in vars(record).items() if key not in _STANDARD_RECORD_FIELDS
         }
@@ -114,9 +134,68 @@ class KaosLoggingHandler(logging.Handler):
             context=otel_context.get_current(),
             severity_text=_SEVERITY_TEXT.get(record.levelname, record.levelname),
             severity_number=severity_number(record.levelno),
-            body=self.format(record) if self.formatter else record.getMessage(),
+            body=body,
             attributes=attributes,
         )
+
+
+def _only_bridges_see(record: logging.LogRecord) -> bool:
+    """Whether every handler on ``record``'s way up the logger tree is a bridge (Python would
+    have used its last resort without them)."""
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        if any(not isinstance(handler, KaosLoggingHandler) for handler in logger.handlers):
+            return False
+        logger = logger.parent if logger.propagate else None
+    return True
+
+
+class RootHandlerKeeper:
+    """Keeps ``handler`` on the root logger across ``logging.basicConfig``, ``dictConfig`` and
+    ``fileConfig``.
+
+    ``basicConfig`` does nothing when the root logger has a handler, and ``dictConfig`` and
+    ``fileConfig`` remove the root's handlers: an app configuring logging after the manager got no
+    console output, or lost the bridge. As the SDK's and ``opentelemetry-instrumentation-logging``'s
+    handlers do, the bridge steps aside while one of them runs and comes back after.
+    :meth:`release` puts the original functions back (or, where another library wrapped them since,
+    makes this wrapper a pass-through).
+    """
+
+    def __init__(self, handler: logging.Handler) -> None:
+        import logging.config
+
+        self._handler = handler
+        self._active = True
+        self._patched: list[tuple[object, str, Callable[..., Any], Callable[..., Any]]] = []
+        functions = ((logging, "basicConfig"), (logging.config, "dictConfig"), (logging.config, "fileConfig"))
+        for module, name in functions:
+            original = getattr(module, name)
+            wrapper = self._stepping_aside(original)
+            setattr(module, name, wrapper)
+            self._patched.append((module, name, original, wrapper))
+
+    def _stepping_aside(self, configure: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(configure)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            root = logging.getLogger()
+            present = self._active and self._handler in root.handlers
+            if present:
+                root.removeHandler(self._handler)
+            try:
+                return configure(*args, **kwargs)
+            finally:
+                if present:
+                    root.addHandler(self._handler)  # a no-op if it is there already
+
+        return wrapper
+
+    def release(self) -> None:
+        """Undo the wrapping."""
+        self._active = False
+        for module, name, original, wrapper in self._patched:
+            if getattr(module, name) is wrapper:
+                setattr(module, name, original)
 
 
 class TraceContextFilter(logging.Filter):

@@ -27,8 +27,10 @@ class KaosOtelManager(AgentTelemetry):
     Configured by the standard ``OTEL_*`` environment variables, read by the OpenTelemetry SDK
     itself; keyword arguments are explicit overrides. If the host application already installed
     global providers they are used as they are; otherwise this manager installs its own
-    (``global_providers=False`` keeps them private). The providers and the export pipeline
-    belong to :attr:`pipeline`; the domain API is :class:`AgentTelemetry`'s.
+    (``global_providers=False`` keeps them private). Python logging is bridged from the root
+    logger when log records are exported, by a private manager too (``bridge_logging=False`` keeps
+    the app's records out of it). The providers and the export pipeline belong to
+    :attr:`pipeline`; the domain API is :class:`AgentTelemetry`'s.
     """
 
     def __init__(

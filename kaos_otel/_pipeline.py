@@ -14,6 +14,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry._logs import NoOpLoggerProvider, get_logger_provider, set_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, ConsoleLogExporter
 from opentelemetry.sdk.environment_variables import OTEL_BLRP_MAX_EXPORT_BATCH_SIZE
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -25,10 +26,10 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-from kaos_otel._config import TelemetrySettings
+from kaos_otel._config import SIGNALS, TelemetrySettings
 from kaos_otel._content import ContentPolicy
 from kaos_otel._internal_log import internal_error, log_once
-from kaos_otel._logs import KaosLoggingHandler
+from kaos_otel._logs import KaosLoggingHandler, RootHandlerKeeper
 from kaos_otel._metrics import CatalogMeterProvider, metric_views
 from kaos_otel.exporters import (
     BatchSettings,
@@ -147,6 +148,7 @@ class ExportPipeline:
         self._owned: list[Any] = []
         self._batches: list[SpanBatchProcessor | LogBatchProcessor] = []
         self._log_handler: logging.Handler | None = None
+        self._root_handler_keeper: RootHandlerKeeper | None = None
         self._shutdown_done = False
         self._lock = threading.Lock()
         self.tracer_provider: trace.TracerProvider = trace.NoOpTracerProvider()
@@ -159,16 +161,57 @@ class ExportPipeline:
         self.meter_provider = self._meter_provider(resource, global_providers)
         self.logger_provider = self._logger_provider(resource, policy, global_providers)
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
-        if not settings.exporting and not settings.console:
+        self._warn_resource_not_applied(resource)
+        if not settings.exporting and not any(settings.to_console(signal) for signal in SIGNALS):
             self._warn_unexported()
-        if bridge_logging:
+        if bridge_logging and self._logs_leave_the_process():
             self._bridge_logging(policy)
+
+    def _warn_resource_not_applied(self, resource: Resource) -> None:
+        """Say once when resource attributes passed in code cannot reach the host's providers,
+        which keep the resource they were made with (``opentelemetry-instrument``, an app's own)."""
+        requested = dict(self.settings.resource_attributes or {})
+        if self.settings.service_name is not None:
+            requested[SERVICE_NAME] = self.settings.service_name
+        adopted = [
+            provider
+            for provider in (self.tracer_provider, self.logger_provider)
+            if provider not in self._owned and isinstance(provider, TracerProvider | LoggerProvider)
+        ]
+        differing = sorted(
+            {
+                key
+                for provider in adopted
+                for key in requested
+                if provider.resource.attributes.get(key) != resource.attributes.get(key)
+            }
+        )
+        if differing:
+            log_once(
+                "resource-not-applied",
+                "kaos-otel: the global providers were set up before this manager (by "
+                "opentelemetry-instrument or the application) and keep their resource: %s given "
+                "here not applied; set OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES instead",
+                ", ".join(differing),
+                level=logging.WARNING,
+            )
+
+    def _logs_leave_the_process(self) -> bool:
+        """Whether log records given to the logger provider go anywhere: the host's provider, or
+        ours with an exporter. A bridge to nowhere would also silence Python's own last-resort
+        output of warnings and errors to stderr (a handler on the root logger turns it off)."""
+        if self.logger_provider not in self._owned:
+            return True
+        return "logs" in self.settings.endpoints or self.settings.to_console("logs")
 
     def _warn_unexported(self) -> None:
         """Say once that the providers this pipeline built export nothing (the host's are its own)."""
         built = (("traces", TracerProvider), ("metrics", MeterProvider), ("logs", LoggerProvider))
         signals = [
-            signal for signal, kind in built if any(isinstance(provider, kind) for provider in self._owned)
+            signal
+            for signal, kind in built
+            if any(isinstance(provider, kind) for provider in self._owned)
+            and not self.settings.chosen_off(signal)  # OTEL_<SIGNAL>_EXPORTER=none is a choice
         ]
         if not signals:
             return
@@ -207,7 +250,7 @@ class ExportPipeline:
             )
             self._batches.append(processor)
             provider.add_span_processor(processor)
-        if settings.console:
+        if settings.to_console("traces"):
             provider.add_span_processor(
                 BatchSpanProcessor(SanitizingSpanExporter(ConsoleSpanExporter(), policy, self.health))
             )
@@ -235,7 +278,7 @@ class ExportPipeline:
                     export_interval_millis=settings.metric_export_interval_ms,
                 )
             )
-        if settings.console:
+        if settings.to_console("metrics"):
             readers.append(
                 PeriodicExportingMetricReader(
                     ConsoleMetricExporter(), export_interval_millis=settings.metric_export_interval_ms
@@ -271,6 +314,10 @@ class ExportPipeline:
             )
             self._batches.append(processor)
             provider.add_log_record_processor(processor)
+        if settings.to_console("logs"):
+            provider.add_log_record_processor(
+                BatchLogRecordProcessor(SanitizingLogExporter(ConsoleLogExporter(), policy, self.health))
+            )
         self._owned.append(provider)
         if global_providers:
             set_logger_provider(provider)
@@ -286,6 +333,7 @@ class ExportPipeline:
         handler = KaosLoggingHandler(self.logger_provider, policy)
         root.addHandler(handler)
         self._log_handler = handler
+        self._root_handler_keeper = RootHandlerKeeper(handler)
 
     def queued(self, signal: Signal = "traces") -> int:
         """Items of ``signal`` waiting in this manager's export queue (0 without one)."""
@@ -316,6 +364,8 @@ class ExportPipeline:
             self._shutdown_done = True
         if self._log_handler is not None:
             logging.getLogger().removeHandler(self._log_handler)
+        if self._root_handler_keeper is not None:
+            self._root_handler_keeper.release()
         if not self._owned:
             return True
         stops = [

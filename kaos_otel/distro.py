@@ -4,10 +4,17 @@ With ``kaos-otel`` installed, ``opentelemetry-instrument python app.py`` (or
 ``OTEL_PYTHON_DISTRO=kaos``) sets up the export pipeline of :class:`~kaos_otel.KaosOtelManager`
 from the ``OTEL_*`` variables, then the ``opentelemetry_instrumentor`` entry points (Mem0, httpx...)
 are loaded on top of it.
+
+The manager's handler bridges Python logging (with the content policy: content loggers only with
+capture on). ``opentelemetry-instrumentation-logging``, which ``opentelemetry-bootstrap`` installs,
+would add a second handler on the root logger by default and export every record twice: the distro
+turns that off (``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION=false``) unless the environment sets it. Its
+trace-context fields for log formats (``OTEL_PYTHON_LOG_CORRELATION``) are unaffected.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from opentelemetry.instrumentation.distro import BaseDistro  # type: ignore[attr-defined]
@@ -19,4 +26,5 @@ class KaosDistro(BaseDistro):  # type: ignore[misc]
     """Distro entry point (``opentelemetry_distro = kaos``)."""
 
     def _configure(self, **kwargs: Any) -> None:
+        os.environ.setdefault("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "false")  # see the module docstring
         configure()

@@ -307,6 +307,56 @@ def test_no_endpoint_says_so_once_and_never_errors() -> None:
     assert "Traceback" not in result.stdout + result.stderr
 
 
+def test_without_a_log_exporter_python_still_prints_warnings_and_errors() -> None:
+    """Nothing exports logs (no endpoint, or ``OTEL_LOGS_EXPORTER=none``): the manager adds no
+    handler to the root logger, which would turn off Python's own output of warnings and errors
+    to stderr in an app that configured no logging, and send them nowhere."""
+    code = """
+        import logging
+        from kaos_otel import configure
+        otel = configure(service_name="quiet")
+        logging.getLogger("app").error("the app's own error")
+        print("HANDLERS", len(logging.getLogger().handlers))
+        otel.shutdown(2)
+        """
+    for environ in ({}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_LOGS_EXPORTER": "none"}):
+        result = run_python(code, {**clean_env(), **environ})
+        assert result.returncode == 0, result.stderr
+        assert "the app's own error" in result.stderr, (environ, result.stderr)
+        assert "HANDLERS 0" in result.stdout
+
+
+def test_logging_configured_after_the_manager_works_and_keeps_the_bridge() -> None:
+    """``basicConfig`` after the manager prints (it did nothing: the root had the bridge), and
+    ``dictConfig`` keeps the bridge (it removed it); shutdown puts the original functions back."""
+    result = run_python(
+        """
+        import logging, logging.config, sys
+        from kaos_otel import KaosOtelManager
+        from kaos_otel._logs import KaosLoggingHandler
+        functions = lambda: (logging.basicConfig, logging.config.dictConfig, logging.config.fileConfig)
+        original = functions()
+        otel = KaosOtelManager("late-logging", endpoint="http://127.0.0.1:9")
+        bridged = lambda: sum(isinstance(h, KaosLoggingHandler) for h in logging.getLogger().handlers)
+        logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="CONSOLE %(message)s")
+        logging.getLogger("app").info("after basicConfig")
+        print("BRIDGED", bridged())
+        logging.config.dictConfig({"version": 1, "disable_existing_loggers": False, "root": {"handlers": []}})
+        print("BRIDGED", bridged())
+        logging.getLogger("app").warning("bad format %d", "x")
+        otel.shutdown(1)
+        print("RESTORED", functions() == original)
+        """,
+        clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "CONSOLE after basicConfig" in result.stdout.splitlines()
+    assert result.stdout.count("BRIDGED 1") == 2, result.stdout
+    assert "RESTORED True" in result.stdout
+    # a message that does not format is reported as logging reports it, not dropped silently
+    assert "--- Logging error ---" in result.stderr and "bad format %d" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("host_providers", "notice"),
     [
@@ -404,8 +454,13 @@ def test_two_managers_on_the_global_providers_export_each_log_once(otlp_receiver
         clean_env(),
     )
     assert result.returncode == 0, result.stderr
-    assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 2, 10)
-    assert sorted(log.body for log in otlp_receiver.logs()) == ["exported once", "still exported"]
+    assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 3, 10)
+    notices = [log.body for log in otlp_receiver.logs() if log.body.startswith("kaos-otel:")]
+    # the second manager's service name cannot reach the providers it found, and it says so
+    assert len(notices) == 1 and "keep their resource: service.name given here not applied" in notices[0]
+    bodies = sorted(log.body for log in otlp_receiver.logs() if log.body not in notices)
+    assert bodies == ["exported once", "still exported"]
+    assert "keep their resource" in result.stderr  # printed too: the app configured no logging
 
 
 # --- configuration ---------------------------------------------------------------------------

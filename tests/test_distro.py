@@ -1,0 +1,101 @@
+"""``opentelemetry-instrument`` with the kaos-otel distro: the zero-code path a new user takes.
+
+A small app runs under the real ``opentelemetry-instrument`` (with every installed instrumentor,
+``opentelemetry-instrumentation-logging`` among them, as ``opentelemetry-bootstrap`` installs it)
+and exports to an in-process OTLP receiver.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from kaos_otel.receiver import OtlpReceiver
+
+APP = textwrap.dedent(
+    """
+    import logging
+    from opentelemetry import metrics, trace
+
+    logging.getLogger("app").setLevel(logging.INFO)
+    with trace.get_tracer("app").start_as_current_span("work"):
+        logging.getLogger("app").info("one record")
+        metrics.get_meter("kaos_otel").create_counter("kaos.requests").add(1)
+    """
+)
+
+
+def run_instrumented(tmp_path: Path, code: str = APP, **environ: str) -> subprocess.CompletedProcess[str]:
+    """``code`` under ``opentelemetry-instrument``; kaos-otel's distro is the one installed."""
+    instrument = shutil.which("opentelemetry-instrument", path=str(Path(sys.executable).parent))
+    assert instrument, "opentelemetry-instrument is installed with the `instrument` extra"
+    app = tmp_path / "app.py"
+    app.write_text(code)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KAOS_"))}
+    env.update({"OTEL_SERVICE_NAME": "distro-app", "OTEL_METRIC_EXPORT_INTERVAL": "600000", **environ})
+    return subprocess.run(
+        [instrument, sys.executable, str(app)], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_with_instrumentation_logging_installed_each_record_is_exported_once(
+    otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    assert importlib.util.find_spec("opentelemetry.instrumentation.logging"), "a dev dependency"
+    done = run_instrumented(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint)
+    assert done.returncode == 0, done.stderr
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) >= 1 and len(r.logs()) >= 1, 10)
+    assert [log.body for log in otlp_receiver.logs()] == ["one record"]
+    (record,) = otlp_receiver.logs()
+    (span,) = otlp_receiver.spans()
+    assert record.trace_id == span.trace_id
+
+
+def test_exporter_variables_none_and_console_are_followed(
+    otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    done = run_instrumented(
+        tmp_path,
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint,
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"name": "work"' in done.stdout  # the SDK's console exporter
+    assert "not exported" not in done.stderr  # a signal turned off is a choice, not a missing endpoint
+    everything_off = run_instrumented(
+        tmp_path,
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint,
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+    )
+    assert everything_off.returncode == 0, everything_off.stderr
+    assert "not exported" not in everything_off.stderr
+    assert not otlp_receiver.raw_requests()
+
+
+def test_an_exporter_kaos_otel_cannot_build_is_named(otlp_receiver: OtlpReceiver, tmp_path: Path) -> None:
+    done = run_instrumented(
+        tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint, OTEL_TRACES_EXPORTER="zipkin"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "OTEL_TRACES_EXPORTER=zipkin" in done.stderr
+
+
+def test_a_service_name_given_in_code_that_cannot_apply_is_named(
+    otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """The distro made the providers first: a manager's ``service_name`` cannot reach them."""
+    code = "from kaos_otel import KaosOtelManager\nKaosOtelManager('named-in-code').shutdown(2)\n"
+    done = run_instrumented(tmp_path, code, OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint)
+    assert done.returncode == 0, done.stderr
+    assert "keep their resource: service.name given here not applied" in done.stderr
+
