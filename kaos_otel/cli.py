@@ -47,11 +47,7 @@ def _receive(args: argparse.Namespace) -> int:
         settle_s=args.settle,
         color=_color(args.color),
     )
-    try:
-        return run_receive(options, stdin=sys.stdin)
-    except BrokenPipeError:  # whoever read the output went away (`| head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return run_receive(options, stdin=sys.stdin)
 
 
 def _traces_show(args: argparse.Namespace) -> int:
@@ -342,5 +338,9 @@ def add_signoz_import_arguments(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``kaos-otel`` command; returns the exit status."""
     args = parse_args(_parser(), argv)
-    result: int = args.handler(args)
+    try:
+        result: int = args.handler(args)
+    except BrokenPipeError:  # whoever read the output went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import queue
 import signal
 import socket
@@ -312,6 +313,26 @@ def test_receive_stops_quietly_when_its_reader_goes_away() -> None:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+def test_every_command_stops_quietly_when_its_output_is_closed(tmp_path: Path) -> None:
+    """``kaos-otel traces show FILE | head`` and the like: no BrokenPipe traceback, status 0."""
+    span = {"traceId": "01" * 16, "spanId": "02" * 8, "name": "work", "startTimeUnixNano": "1",
+            "endTimeUnixNano": "2", "kind": 1}  # fmt: skip
+    line = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {}, "spans": [span]}]}]}
+    telemetry = tmp_path / "telemetry.jsonl"
+    telemetry.write_text(json.dumps(line) + "\n")
+    for words in (["traces", "show", str(telemetry)], ["catalog", "--markdown"], ["collector", "config"]):
+        reader, writer = os.pipe()
+        os.close(reader)  # the reader has gone before the first write
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "kaos_otel", *words], stdout=writer, stderr=subprocess.PIPE,
+                text=True, timeout=60, check=False,
+            )  # fmt: skip
+        finally:
+            os.close(writer)
+        assert (done.returncode, done.stderr) == (0, ""), words
 
 
 @pytest.mark.fast
