@@ -177,27 +177,52 @@ class ContentPolicy:
         """``exception.*`` attributes; the message only when content capture is on (otherwise the
         stack trace keeps its frames and the exception type, without the message)."""
         exc_type = type(exc)
-        type_name = exc_type.__qualname__
-        module = exc_type.__module__
-        qualified = type_name if module in ("builtins", "__main__") else f"{module}.{type_name}"
         if self.capture.enabled:
             message = str(exc)
             stack = "".join(traceback.format_exception(exc_type, exc, exc.__traceback__))
         else:
             message = ""
-            stack = _stack_without_message(exc, qualified)
+            stack = _stack_without_messages(exc)
         return {
-            "exception.type": qualified,
+            "exception.type": _qualified_name(exc_type),
             "exception.message": self.bound_size(message, self.max_value_length),
             "exception.stacktrace": self.bound_size(stack, self.max_value_length),
             "exception.escaped": True,
         }
 
 
-def _stack_without_message(exc: BaseException, qualified: str) -> str:
-    """The traceback frames and the exception type, without the message (which may be content)."""
-    frames = traceback.format_tb(exc.__traceback__)
-    return "Traceback (most recent call last):\n" + "".join(frames) + qualified + "\n"
+_DIRECT_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_DURING_HANDLING = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+def _qualified_name(exc_type: type[BaseException]) -> str:
+    """``ValueError``, ``httpx.ConnectError``: the type as Python's traceback names it."""
+    module, name = exc_type.__module__, exc_type.__qualname__
+    return name if module in ("builtins", "__main__") else f"{module}.{name}"
+
+
+def _stack_without_messages(exc: BaseException) -> str:
+    """The traceback as Python prints it, chained causes included, with every exception's message
+    left out (a message may be content): frames and types only."""
+    blocks: list[str] = []  # from ``exc`` back to the first cause, reversed below
+    current: BaseException | None = exc
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = "".join(traceback.format_tb(current.__traceback__))
+        header = "Traceback (most recent call last):\n" if frames else ""
+        blocks.append(header + frames + _qualified_name(type(current)) + "\n")
+        if current.__cause__ is not None:
+            blocks.append(_DIRECT_CAUSE)
+            current = current.__cause__
+        elif current.__context__ is not None and not current.__suppress_context__:
+            blocks.append(_DURING_HANDLING)
+            current = current.__context__
+        else:
+            current = None
+    if blocks and blocks[-1] in (_DIRECT_CAUSE, _DURING_HANDLING):  # a cycle ended the walk
+        blocks.pop()
+    return "".join(reversed(blocks))
 
 
 def to_attribute_value(value: object, limit: int) -> AttributeValue:

@@ -101,6 +101,29 @@ def test_content_is_absent_by_default(
         assert value.encode() not in payload, key
 
 
+def test_without_capture_a_chained_stack_keeps_every_cause_but_no_message() -> None:
+    inner, outer = marker("inner"), marker("outer")  # not in the source lines the stack shows
+
+    def lookup() -> None:
+        raise KeyError(inner)
+
+    def tool() -> None:
+        try:
+            lookup()
+        except KeyError as exc:
+            raise ValueError(outer) from exc
+
+    try:
+        tool()
+    except ValueError as exc:
+        stack = ContentPolicy().exception_attributes(exc)["exception.stacktrace"]
+    assert isinstance(stack, str)
+    assert inner not in stack and outer not in stack
+    cause, _, effect = stack.partition("The above exception was the direct cause of the following exception:")
+    assert "in lookup" in cause and cause.rstrip().endswith("KeyError")
+    assert "in tool" in effect and effect.rstrip().endswith("ValueError")
+
+
 @pytest.mark.parametrize("how", ["env", "env-true", "flag"])
 def test_content_is_present_when_opted_in(make_otel: MakeOtel, otlp_receiver: OtlpReceiver, how: str) -> None:
     logging.getLogger(LOGGER).setLevel(logging.INFO)
