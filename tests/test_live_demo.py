@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_demo import DEMO, _env, _marked_processes, _sigint_delivered
 
-from instrumented_agent.faults import Fault, ScheduledFault, parse_fault
+from instrumented_agent.faults import Fault, FaultSwitch, ScheduledFault, parse_fault
 from kaos_otel import catalog
 from kaos_otel.receiver import ReceivedSpan, load_otlp_json
 
@@ -116,3 +116,14 @@ def test_ctrl_c_stops_live_traffic_and_every_service_with_requests_in_flight(tmp
     assert "interrupted" in err
     assert json.loads((tmp_path / "faults.json").read_text()) == []  # the fault is switched off
     assert _marked_processes(marker) == []
+
+
+def test_a_fault_hits_every_call_of_a_request_not_the_same_ones(tmp_path: Path) -> None:
+    """Requests making four memory calls each: ``one_in(2)`` fails each of the four sometimes (a
+    counter failed the first and third of every request, so two tiers never failed)."""
+    switch = FaultSwitch(tmp_path / "faults.json")
+    failures = [0, 0, 0, 0]
+    for _ in range(200):
+        for call in range(4):
+            failures[call] += switch.one_in(2)
+    assert all(60 <= count <= 140 for count in failures), failures
