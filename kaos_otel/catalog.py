@@ -391,7 +391,9 @@ GEN_AI_TOKEN_BUCKETS: tuple[float, ...] = (
     16777216,
     67108864,
 )
-STEP_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50)
+STEP_BUCKETS: tuple[float, ...] = (0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 7.5, 9.5, 14.5, 19.5, 29.5, 49.5)
+"""Steps are whole numbers: edges between them, so that ``histogram_quantile`` (which spreads a
+bucket's counts over its width) reads 3 for runs of 3 steps, not 2.5."""
 WINDOW_TOKEN_BUCKETS: tuple[float, ...] = (
     64,
     128,
@@ -766,6 +768,7 @@ def metrics_markdown() -> str:
     closed_values = {
         KAOS_OUTCOME: [o.value for o in Outcome],
         KAOS_MEMORY_TIER: [t.value for t in MemoryTier],
+        KAOS_REQUEST_ORIGIN: [o.value for o in RequestOrigin],
         KAOS_MEMORY_OPERATION: [*MEMORY_OPERATIONS, MEMORY_OPERATION_OTHER],
         KAOS_MEMORY_SCOPE: [*(s.value for s in MemoryScope), MEMORY_SCOPE_NONE],
         GEN_AI_OPERATION_NAME: ["chat"],

@@ -184,3 +184,39 @@ def test_ratios_are_0_not_empty_when_nothing_failed(tmp_path: Path) -> None:
     (tmp_path / "zero.test.yml").write_text(yaml.safe_dump(unit))
     result = _run("test", "rules", "zero.test.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_steps_panel_reads_whole_steps(tmp_path: Path) -> None:
+    """Every run takes 3 steps: the steps panel's p50 is 3 (bucket edges between whole numbers;
+    with edges on them, ``histogram_quantile`` spread each bucket over (2, 3] and read 2.5)."""
+    (panel,) = [p for p in json.loads(GRAFANA.read_text())["panels"] if p["title"].startswith("Steps")]
+    p50, p95 = (
+        re.sub(r'=~"\$\w+"', '=~".*"', target["expr"]).replace("$__rate_interval", "5m")
+        for target in panel["targets"]
+    )
+    labels = 'job="kaos-agent", gen_ai_agent_name="coordinator"'
+    buckets = [*(f"{edge:g}" for edge in catalog.STEP_BUCKETS), "+Inf"]
+    series = [
+        {
+            "series": f'kaos_request_steps_bucket{{{labels}, le="{le}"}}',
+            "values": "0x10" if float(le) < 3 else "0+10x10",  # ten runs a minute, each of 3 steps
+        }
+        for le in buckets
+    ]
+    expected = {"labels": '{gen_ai_agent_name="coordinator"}'}
+    unit = {
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {"expr": p50, "eval_time": "8m", "exp_samples": [{**expected, "value": 3}]},
+                    {"expr": p95, "eval_time": "8m", "exp_samples": [{**expected, "value": 3.45}]},
+                ],
+            }
+        ],
+    }
+    (tmp_path / "steps.test.yml").write_text(yaml.safe_dump(unit))
+    result = _run("test", "rules", "steps.test.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
