@@ -5,8 +5,8 @@ one small JSON file and hands its path to every service in :data:`ENV_FAULTS_FIL
 re-reads it when it changes. Without that variable nothing here is active (production path).
 
 - ``memory-latency``: one memory backend call in two takes :data:`MEMORY_LATENCY_S` longer.
-- ``memory-errors``: one memory backend call in two fails (the operation ends ``degraded``; a
-  long-term call fails before Mem0 runs, so it shows as the agent's warning log, not a Mem0 span).
+- ``memory-errors``: one memory backend call in two fails (a relational operation ends
+  ``degraded``; a long-term one fails in Mem0's vector store, so Mem0's span ends ``error``).
 - ``model-errors``: one model call in two is an HTTP 500 from the scripted model.
 - ``model-latency``: every model reply takes :data:`MODEL_LATENCY_S` longer.
 - ``subagent-down``: agent :data:`DOWN_AGENT` stops answering (its callers' delegations time out).
@@ -18,10 +18,12 @@ import json
 import os
 import random
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
 
 __all__ = [
     "DOWN_AGENT",
@@ -40,6 +42,7 @@ MEMORY_LATENCY_S = 3.0
 """Above the memory-latency alert's 2.5 s p95 threshold."""
 MODEL_LATENCY_S = 1.5
 DOWN_AGENT = "researcher"
+T = TypeVar("T")
 
 
 class Fault(StrEnum):
@@ -135,6 +138,16 @@ class FaultSwitch:
     def is_on(self, fault: Fault) -> bool:
         """Whether ``fault`` is on now."""
         return fault in self.active()
+
+    def memory_call(self, call: Callable[[], T]) -> T:
+        """``call()`` (a memory backend call) slowed or failed by the memory faults that are on,
+        one call in two."""
+        active = self.active()
+        if Fault.MEMORY_LATENCY in active and self.one_in(2):
+            time.sleep(MEMORY_LATENCY_S)
+        if Fault.MEMORY_ERRORS in active and self.one_in(2):
+            raise InjectedFaultError("memory backend unavailable (injected by the demo)")
+        return call()
 
     def one_in(self, n: int) -> bool:
         """True for about one call in ``n``: drawn, not counted, so that a request making a fixed

@@ -363,7 +363,7 @@ def _memory_service(
     """The agent's memory when ``memory_url`` is set (long-term facts only when enabled)."""
     if not config.memory_url:
         return None
-    long_term = LongTermMemory(otel, config.model_base_url) if config.memory_long_term else None
+    long_term = LongTermMemory(otel, config.model_base_url, faults) if config.memory_long_term else None
     return MemoryService(
         config.name,
         otel,

@@ -25,6 +25,7 @@ import pytest
 from net_support import free_port
 
 from instrumented_agent.config import MEMORY_SCOPE_HEADER, SESSION_ID_HEADER, USER_ID_HEADER
+from instrumented_agent.faults import Fault, FaultSwitch
 from instrumented_agent.memory import (
     LongTermMemory,
     MemoryScopeError,
@@ -305,6 +306,32 @@ async def test_background_extraction_records_lag_and_forget_fans_out(
     deleted = {s.attributes[catalog.KAOS_MEMORY_TIER] for s in spans if s.name == "delete_memory"}
     assert deleted == {"short_term", "medium_term", "long_term"}
     _assert_no_ids_on_metrics(otlp_receiver)
+
+
+async def test_the_demo_memory_faults_show_on_the_long_term_tier_too(
+    make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """``memory-errors`` fails Mem0's store inside Mem0's call: its span and metrics say so (the
+    fault used to hit before Mem0 ran, leaving the long-term tier looking healthy)."""
+    otel = _otel(make_otel)
+    switch = FaultSwitch(tmp_path / "faults.json")
+    switch.write([Fault.MEMORY_ERRORS])
+    long_term = LongTermMemory(otel, "http://127.0.0.1:9/v1", switch)
+    memory = MemoryService("librarian", otel, RelationalStore("sqlite://"), long_term, faults=switch)
+    await memory.start()
+    owner = memory.owner("dave", "s1")
+    for _ in range(8):
+        await memory.recall(owner, MemoryScope.AGENT, "which region does dave prefer")
+    await memory.aclose()
+    otel.force_flush()
+    searches = [
+        s for s in _memory_spans(otlp_receiver)
+        if s.attributes[catalog.KAOS_MEMORY_TIER] == "long_term" and s.name == "search_memory"
+    ]  # fmt: skip
+    assert len(searches) == 8
+    failed = [s for s in searches if s.status_code == "ERROR"]
+    assert 0 < len(failed) < 8
+    assert all(s.attributes[catalog.ERROR_TYPE].endswith("InjectedFaultError") for s in failed)
 
 
 # --- a backend that goes down -------------------------------------------------------------------

@@ -11,9 +11,11 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from instrumented_agent.faults import FaultSwitch
 from instrumented_agent.memory.relational import Turn
 from instrumented_agent.memory.scopes import Owner, mem0_ids
 from kaos_otel import KaosOtelManager, MemoryScope
@@ -24,9 +26,10 @@ __all__ = ["LongTermMemory"]
 class LongTermMemory:
     """Facts extracted from compacted turns, recalled semantically and filtered by scope."""
 
-    def __init__(self, otel: KaosOtelManager, llm_base_url: str) -> None:
+    def __init__(self, otel: KaosOtelManager, llm_base_url: str, faults: FaultSwitch | None = None) -> None:
         self._otel = otel
         self._llm_base_url = llm_base_url
+        self._faults = faults
         self._memory: Any = None
         self._instrumented = False
         self._dir: Path | None = None
@@ -44,6 +47,8 @@ class LongTermMemory:
             instrumentor.instrument(telemetry=self._otel)
             self._instrumented = True
         self._memory = offline_memory(self._llm_base_url, history_db_path=self._dir / "history.db")
+        if self._faults is not None:  # the demo's memory faults hit the store inside Mem0's traced calls
+            self._memory.vector_store = _FaultyStore(self._memory.vector_store, self._faults)
 
     def close(self) -> None:
         """Undo what :meth:`load` did: the instrumentation it added and its files."""
@@ -87,6 +92,21 @@ class LongTermMemory:
         memory.delete_all(**ids)
         _purge_history(memory.db, memory_ids, ids)
         return len(memory_ids)
+
+
+class _FaultyStore:
+    """Mem0's vector store with every call subject to the demo's memory faults, so a fault shows
+    on the Mem0 span and metrics as a slow or failing store would."""
+
+    def __init__(self, store: Any, faults: FaultSwitch) -> None:
+        self._store = store
+        self._faults = faults
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        if not callable(attribute):
+            return attribute
+        return lambda *args, **kwargs: self._faults.memory_call(partial(attribute, *args, **kwargs))
 
 
 _ALL = 1_000_000

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TypeVar
 
-from instrumented_agent.faults import MEMORY_LATENCY_S, Fault, FaultSwitch, InjectedFaultError
+from instrumented_agent.faults import FaultSwitch
 from instrumented_agent.limits import cap_turn
 from instrumented_agent.memory.long_term import LongTermMemory
 from instrumented_agent.memory.relational import Compaction, RelationalStore, Summary, Turn, estimate_tokens
@@ -275,9 +275,11 @@ class MemoryService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _with_faults(self, call: Callable[[], T]) -> Callable[[], T]:
-        """``call``, subject to the demo's memory faults when a fault switch is set."""
-        return call if self._faults is None else partial(_injected, self._faults, call)
+    def _with_faults(self, op: MemoryOperation | None, call: Callable[[], T]) -> Callable[[], T]:
+        """A relational call (``op`` traces it), subject to the demo's memory faults when a fault
+        switch is set. Long-term calls get them inside Mem0, under its own span
+        (:class:`~instrumented_agent.memory.long_term.LongTermMemory`)."""
+        return call if self._faults is None or op is None else partial(self._faults.memory_call, call)
 
     def _operation(
         self, tier: MemoryTier, operation: str, scope: MemoryScope, owner: Owner
@@ -297,23 +299,13 @@ class MemoryService:
     ) -> T:
         """Run a backend call in a thread; on failure degrade ``op`` (if any), log, return ``fallback``."""
         try:
-            return await asyncio.to_thread(self._with_faults(call))
+            return await asyncio.to_thread(self._with_faults(op, call))
         except Exception as exc:
             _log.warning("memory %s degraded: %s", what, type(exc).__name__)
             if op is not None:
                 op.record_exception(exc)
                 op.set_outcome(Outcome.DEGRADED, type(exc).__name__)
             return fallback
-
-
-def _injected(faults: FaultSwitch, call: Callable[[], T]) -> T:
-    """``call()`` slowed or failed by the demo's memory faults, one backend call in two."""
-    active = faults.active()
-    if Fault.MEMORY_LATENCY in active and faults.one_in(2):
-        time.sleep(MEMORY_LATENCY_S)
-    if Fault.MEMORY_ERRORS in active and faults.one_in(2):
-        raise InjectedFaultError("memory backend unavailable (injected by the demo)")
-    return call()
 
 
 def _returning_true(call: Callable[[], object]) -> Callable[[], bool]:
