@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -306,6 +307,35 @@ async def test_background_extraction_records_lag_and_forget_fans_out(
     deleted = {s.attributes[catalog.KAOS_MEMORY_TIER] for s in spans if s.name == "delete_memory"}
     assert deleted == {"short_term", "medium_term", "long_term"}
     _assert_no_ids_on_metrics(otlp_receiver)
+
+
+def test_long_term_calls_from_many_threads_take_turns(make_otel: Callable[..., KaosOtelManager]) -> None:
+    """Requests run memory calls in threads; Mem0's local store raised IndexError (and could keep
+    raising) when two reached it at once."""
+    long_term = LongTermMemory(_otel(make_otel), "http://127.0.0.1:9/v1")
+    long_term.load()
+    errors: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        owner = Owner("librarian", f"user-{worker % 3}", f"session-{worker}")
+        for turn in range(100):
+            try:
+                if (worker + turn) % 2:
+                    long_term.add(owner, [Turn("user", f"user {worker} likes colour {turn}")])
+                else:
+                    long_term.search(owner, MemoryScope.USER, f"colour {turn}", 5)
+            except Exception as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(worker,)) for worker in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        long_term.close()
+    assert errors == []
 
 
 async def test_the_demo_memory_faults_show_on_the_long_term_tier_too(

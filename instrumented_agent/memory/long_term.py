@@ -2,7 +2,9 @@
 
 Loading mem0 and its embedder takes a few seconds, so the tier is optional and loads once, in a
 thread, when the agent starts. Facts live in an in-memory vector store for the process's
-lifetime. Methods are synchronous (run them in a thread: the context, hence the trace, follows).
+lifetime. Methods are synchronous (run them in a thread: the context, hence the trace, follows);
+they take turns, as Mem0's local vector store is not safe for concurrent calls (two at once
+raised ``IndexError`` from its payload masks, and could keep raising after).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -30,6 +33,7 @@ class LongTermMemory:
         self._otel = otel
         self._llm_base_url = llm_base_url
         self._faults = faults
+        self._turns = threading.Lock()
         self._memory: Any = None
         self._instrumented = False
         self._dir: Path | None = None
@@ -70,27 +74,31 @@ class LongTermMemory:
     def add(self, owner: Owner, facts: Sequence[Turn]) -> int:
         """Store each fact verbatim (no LLM inference) under the owner's ids; returns how many."""
         messages = [{"role": fact.role, "content": fact.content} for fact in facts]
-        result = self._loaded().add(messages, infer=False, **mem0_ids(MemoryScope.SESSION, owner))
+        with self._turns:
+            result = self._loaded().add(messages, infer=False, **mem0_ids(MemoryScope.SESSION, owner))
         return len(result.get("results", []))
 
     def search(self, owner: Owner, scope: MemoryScope, query: str, limit: int) -> list[str]:
         """The facts in ``scope`` closest to ``query``."""
-        found = self._loaded().search(query, filters=mem0_ids(scope, owner), top_k=limit)
+        with self._turns:
+            found = self._loaded().search(query, filters=mem0_ids(scope, owner), top_k=limit)
         return [str(item["memory"]) for item in found.get("results", [])]
 
     def all(self, owner: Owner, scope: MemoryScope) -> list[str]:
         """Every fact in ``scope``."""
-        found = self._loaded().get_all(filters=mem0_ids(scope, owner))
+        with self._turns:
+            found = self._loaded().get_all(filters=mem0_ids(scope, owner))
         return [str(item["memory"]) for item in found.get("results", [])]
 
     def delete(self, owner: Owner, scope: MemoryScope) -> int:
         """Delete every fact in ``scope``, and what Mem0's history database kept of them; how many."""
         memory = self._loaded()
         ids = mem0_ids(scope, owner)
-        found = memory.get_all(filters=ids, top_k=_ALL)
-        memory_ids = [str(item["id"]) for item in found.get("results", [])]
-        memory.delete_all(**ids)
-        _purge_history(memory.db, memory_ids, ids)
+        with self._turns:
+            found = memory.get_all(filters=ids, top_k=_ALL)
+            memory_ids = [str(item["id"]) for item in found.get("results", [])]
+            memory.delete_all(**ids)
+            _purge_history(memory.db, memory_ids, ids)
         return len(memory_ids)
 
 
