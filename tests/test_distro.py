@@ -60,22 +60,16 @@ def test_with_instrumentation_logging_installed_each_record_is_exported_once(
 def test_exporter_variables_none_and_console_are_followed(
     otlp_receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
+    endpoint = otlp_receiver.grpc_endpoint
+    others_off = {"OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
     done = run_instrumented(
-        tmp_path,
-        OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint,
-        OTEL_TRACES_EXPORTER="console",
-        OTEL_METRICS_EXPORTER="none",
-        OTEL_LOGS_EXPORTER="none",
+        tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_TRACES_EXPORTER="console", **others_off
     )
     assert done.returncode == 0, done.stderr
     assert '"name": "work"' in done.stdout  # the SDK's console exporter
     assert "not exported" not in done.stderr  # a signal turned off is a choice, not a missing endpoint
     everything_off = run_instrumented(
-        tmp_path,
-        OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint,
-        OTEL_TRACES_EXPORTER="none",
-        OTEL_METRICS_EXPORTER="none",
-        OTEL_LOGS_EXPORTER="none",
+        tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_TRACES_EXPORTER="none", **others_off
     )
     assert everything_off.returncode == 0, everything_off.stderr
     assert "not exported" not in everything_off.stderr

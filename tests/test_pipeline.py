@@ -166,61 +166,59 @@ def test_full_queue_drops_are_counted(make_otel: MakeOtel, otlp_receiver: OtlpRe
     assert otel.health.dropped("traces") == 300, otel.health.snapshot()
 
 
+class HeldExport:
+    """An export function that records each batch and holds the export thread until released."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, batch: Sequence[int]) -> None:
+        self.batches.append(list(batch))
+        self.started.set()
+        self.release.wait(5)
+
+
+TWO_PER_BATCH = BatchSettings(max_queue_size=10, max_export_batch_size=2, schedule_delay_ms=60_000)
+
+
 def test_only_full_batches_leave_early_the_rest_waits_as_in_the_sdk() -> None:
     """When the queue fills a batch, only full batches are exported (the SDK's batch processors'
     rule): an item queued while that export runs waits for the schedule delay or a flush."""
-    exported: list[list[int]] = []
-    exporting = threading.Event()
-    release = threading.Event()
-
-    def export(batch: Sequence[int]) -> None:
-        exported.append(list(batch))
-        exporting.set()
-        release.wait(5)
-
-    settings = BatchSettings(max_queue_size=10, max_export_batch_size=2, schedule_delay_ms=60_000)
-    queue = BatchQueue("traces", export, TelemetryHealth(), settings)
+    export = HeldExport()
+    queue = BatchQueue("traces", export, TelemetryHealth(), TWO_PER_BATCH)
     try:
         queue.put(0)
         queue.put(1)  # a full batch: the export thread wakes
-        assert exporting.wait(5)
+        assert export.started.wait(5)
         queue.put(2)
-        release.set()
+        export.release.set()
         time.sleep(0.2)
-        assert exported == [[0, 1]]
+        assert export.batches == [[0, 1]]
         assert len(queue) == 1
         assert queue.force_flush(5)
-        assert exported == [[0, 1], [2]]
+        assert export.batches == [[0, 1], [2]]
     finally:
-        release.set()
+        export.release.set()
         queue.shutdown(5)
 
 
 def test_shutdown_during_a_full_batch_export_still_exports_the_rest() -> None:
     """Shutdown while the export thread sends a full batch: the items left behind it are exported
     before the thread ends (they were lost, uncounted: n mod the batch size at every exit)."""
-    exported: list[list[int]] = []
-    exporting = threading.Event()
-    release = threading.Event()
-
-    def export(batch: Sequence[int]) -> None:
-        exported.append(list(batch))
-        exporting.set()
-        release.wait(5)
-
-    health = TelemetryHealth()
-    settings = BatchSettings(max_queue_size=10, max_export_batch_size=2, schedule_delay_ms=60_000)
-    queue = BatchQueue("traces", export, health, settings)
+    export, health = HeldExport(), TelemetryHealth()
+    queue = BatchQueue("traces", export, health, TWO_PER_BATCH)
     queue.put(0)
     queue.put(1)  # a full batch: the export thread wakes and sends only full batches
-    assert exporting.wait(5)
+    assert export.started.wait(5)
     queue.put(2)
     stopping = threading.Thread(target=queue.shutdown, args=(5,))
     stopping.start()
     time.sleep(0.1)  # shutdown() has marked the queue closed while [0, 1] is being sent
-    release.set()
+    export.release.set()
     stopping.join(5)
-    assert exported == [[0, 1], [2]]
+    assert export.batches == [[0, 1], [2]]
     assert health.dropped() == 0
 
 
