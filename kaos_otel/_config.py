@@ -200,16 +200,23 @@ class TelemetrySettings:
         endpoint = values.pop("endpoint", None)
         endpoints: dict[str, str] = {}
         protocols: dict[str, OtlpProtocol] = {}
-        exporters = {
-            signal: _exporter_names(env, signal) for signal in SIGNALS if env.get(SIGNAL_EXPORTERS[signal])
+        chosen = {
+            signal: _exporter_names(env, signal)
+            for signal in SIGNALS
+            if env.get(SIGNAL_EXPORTERS[signal], "").strip()
         }
+        exporters = {signal: names for signal, (names, _) in chosen.items()}
         for signal in SIGNALS:
             where = _signal_endpoint(env, signal, endpoint, protocol)
             if where and (signal not in exporters or "otlp" in exporters[signal]):
                 endpoints[signal] = where
+                named = chosen[signal][1] if signal in chosen else None  # otlp_proto_http...
                 protocols[signal] = enum_member(
                     OtlpProtocol,
-                    protocol or env.get(SIGNAL_PROTOCOLS[signal]) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL),
+                    protocol
+                    or named
+                    or env.get(SIGNAL_PROTOCOLS[signal])
+                    or env.get(OTEL_EXPORTER_OTLP_PROTOCOL),
                     OtlpProtocol.GRPC,
                 )
         capture = values.pop("capture_content", None)
@@ -241,21 +248,33 @@ class TelemetrySettings:
         )
 
 
-def _exporter_names(env: Mapping[str, str], signal: str) -> frozenset[str]:
-    """The exporters ``OTEL_<SIGNAL>_EXPORTER`` names (comma-separated); one kaos-otel cannot
-    build is said once and left out."""
+_OTLP_EXPORTER_NAMES: dict[str, OtlpProtocol | None] = {
+    "otlp": None,
+    "otlp_proto_grpc": OtlpProtocol.GRPC,
+    "otlp_proto_http": OtlpProtocol.HTTP_PROTOBUF,
+}
+"""OTLP under the names ``opentelemetry-instrument`` knows; the last two fix the protocol."""
+
+
+def _exporter_names(env: Mapping[str, str], signal: str) -> tuple[frozenset[str], OtlpProtocol | None]:
+    """What ``OTEL_<SIGNAL>_EXPORTER`` (comma-separated names) asks for: ``otlp`` and ``console``,
+    and the protocol an ``otlp_proto_*`` name fixes; a name kaos-otel cannot build is said once
+    and left out."""
     variable = SIGNAL_EXPORTERS[signal]
     names = frozenset(name.strip().lower() for name in env.get(variable, "").split(",") if name.strip())
-    unknown = sorted(names - {"otlp", "console", "none"})
+    unknown = sorted(names - set(_OTLP_EXPORTER_NAMES) - {"console", "none"})
     if unknown:
         log_once(
             f"unknown-exporter-{signal}",
-            "kaos-otel: %s=%s: kaos-otel builds the otlp and console exporters only (or none); "
+            "kaos-otel: %s=%s: kaos-otel builds the otlp (otlp_proto_grpc, otlp_proto_http) and "
+            "console exporters only (or none); "
             "%s ignored",
             variable, env.get(variable), ", ".join(unknown),
             level=logging.WARNING,
         )  # fmt: skip
-    return names & {"otlp", "console"}
+    otlp = [name for name in _OTLP_EXPORTER_NAMES if name in names]
+    chosen = frozenset({"otlp"} if otlp else set()) | (names & {"console"})
+    return chosen, next((_OTLP_EXPORTER_NAMES[name] for name in otlp if _OTLP_EXPORTER_NAMES[name]), None)
 
 
 def _signal_endpoint(

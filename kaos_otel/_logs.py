@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -96,7 +97,11 @@ class KaosLoggingHandler(logging.Handler):
     def handle(self, record: logging.LogRecord) -> bool:
         """Filter and emit ``record``; hand a warning no other handler sees to the last resort."""
         last_resort = logging.lastResort
-        if last_resort is not None and record.levelno >= last_resort.level and _only_bridges_see(record):
+        if (
+            last_resort is not None
+            and record.levelno >= last_resort.level
+            and _first_of_only_bridges(record) is self
+        ):
             last_resort.handle(record)
         return bool(super().handle(record))
 
@@ -107,9 +112,9 @@ class KaosLoggingHandler(logging.Handler):
         try:
             body = self.format(record) if self.formatter else record.getMessage()
         except Exception:
-            # the app's own message does not format ("%d" % "x"): reported as every logging
-            # handler reports it ("--- Logging error ---" on stderr), not hidden
-            self.handleError(record)
+            # the app's own message does not format ("%d" % "x"): not exported; Python reports it
+            # ("--- Logging error ---") wherever it prints the record: the app's handlers, or the
+            # last resort through :meth:`handle`
             return
         token = _emitting.set(True)
         try:
@@ -139,63 +144,80 @@ class KaosLoggingHandler(logging.Handler):
         )
 
 
-def _only_bridges_see(record: logging.LogRecord) -> bool:
-    """Whether every handler on ``record``'s way up the logger tree is a bridge (Python would
-    have used its last resort without them)."""
+def _first_of_only_bridges(record: logging.LogRecord) -> KaosLoggingHandler | None:
+    """The first bridge on ``record``'s way up the logger tree, if bridges are the only handlers
+    there (Python would have used its last resort without them); else ``None``."""
+    first: KaosLoggingHandler | None = None
     logger: logging.Logger | None = logging.getLogger(record.name)
     while logger is not None:
-        if any(not isinstance(handler, KaosLoggingHandler) for handler in logger.handlers):
-            return False
+        for handler in logger.handlers:
+            if not isinstance(handler, KaosLoggingHandler):
+                return None
+            first = first or handler
         logger = logger.parent if logger.propagate else None
-    return True
+    return first
 
 
-class RootHandlerKeeper:
-    """Keeps ``handler`` on the root logger across ``logging.basicConfig``, ``dictConfig`` and
+_kept_lock = threading.Lock()
+_kept: list[logging.Handler] = []
+"""The bridges kept on the root logger (one per manager that bridges logging)."""
+_wrapped: list[tuple[object, str, Callable[..., Any], Callable[..., Any]]] = []
+"""While any bridge is kept: (module, name, original, wrapper) of each logging config function."""
+
+
+def keep_on_root(handler: logging.Handler) -> None:
+    """Keep ``handler`` on the root logger across ``logging.basicConfig``, ``dictConfig`` and
     ``fileConfig``.
 
     ``basicConfig`` does nothing when the root logger has a handler, and ``dictConfig`` and
     ``fileConfig`` remove the root's handlers: an app configuring logging after the manager got no
     console output, or lost the bridge. As the SDK's and ``opentelemetry-instrumentation-logging``'s
-    handlers do, the bridge steps aside while one of them runs and comes back after.
-    :meth:`release` puts the original functions back (or, where another library wrapped them since,
-    makes this wrapper a pass-through).
+    handlers do, the bridges step aside while one of them runs and come back after. The functions
+    are wrapped once, while any bridge is kept; :func:`release_from_root` of the last one puts the
+    originals back (where another library wrapped them since, the wrapper stays, as a pass-through).
     """
+    import logging.config
 
-    def __init__(self, handler: logging.Handler) -> None:
-        import logging.config
-
-        self._handler = handler
-        self._active = True
-        self._patched: list[tuple[object, str, Callable[..., Any], Callable[..., Any]]] = []
+    with _kept_lock:
+        _kept.append(handler)
+        if _wrapped:
+            return
         functions = ((logging, "basicConfig"), (logging.config, "dictConfig"), (logging.config, "fileConfig"))
         for module, name in functions:
             original = getattr(module, name)
-            wrapper = self._stepping_aside(original)
+            wrapper = _stepping_aside(original)
             setattr(module, name, wrapper)
-            self._patched.append((module, name, original, wrapper))
+            _wrapped.append((module, name, original, wrapper))
 
-    def _stepping_aside(self, configure: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(configure)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            root = logging.getLogger()
-            present = self._active and self._handler in root.handlers
-            if present:
-                root.removeHandler(self._handler)
-            try:
-                return configure(*args, **kwargs)
-            finally:
-                if present:
-                    root.addHandler(self._handler)  # a no-op if it is there already
 
-        return wrapper
-
-    def release(self) -> None:
-        """Undo the wrapping."""
-        self._active = False
-        for module, name, original, wrapper in self._patched:
+def release_from_root(handler: logging.Handler) -> None:
+    """Stop keeping ``handler``; the last one released unwraps the logging config functions."""
+    with _kept_lock:
+        if handler in _kept:
+            _kept.remove(handler)
+        if _kept:
+            return
+        for module, name, original, wrapper in _wrapped:
             if getattr(module, name) is wrapper:
                 setattr(module, name, original)
+        _wrapped.clear()
+
+
+def _stepping_aside(configure: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(configure)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        root = logging.getLogger()
+        with _kept_lock:
+            aside = [handler for handler in _kept if handler in root.handlers]
+        for handler in aside:
+            root.removeHandler(handler)
+        try:
+            return configure(*args, **kwargs)
+        finally:
+            for handler in aside:
+                root.addHandler(handler)  # a no-op if it is there already
+
+    return wrapper
 
 
 class TraceContextFilter(logging.Filter):

@@ -26,10 +26,10 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-from kaos_otel._config import SIGNALS, TelemetrySettings
+from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy
 from kaos_otel._internal_log import internal_error, log_once
-from kaos_otel._logs import KaosLoggingHandler, RootHandlerKeeper
+from kaos_otel._logs import KaosLoggingHandler, keep_on_root, release_from_root
 from kaos_otel._metrics import CatalogMeterProvider, metric_views
 from kaos_otel.exporters import (
     BatchSettings,
@@ -148,7 +148,6 @@ class ExportPipeline:
         self._owned: list[Any] = []
         self._batches: list[SpanBatchProcessor | LogBatchProcessor] = []
         self._log_handler: logging.Handler | None = None
-        self._root_handler_keeper: RootHandlerKeeper | None = None
         self._shutdown_done = False
         self._lock = threading.Lock()
         self.tracer_provider: trace.TracerProvider = trace.NoOpTracerProvider()
@@ -162,8 +161,7 @@ class ExportPipeline:
         self.logger_provider = self._logger_provider(resource, policy, global_providers)
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
         self._warn_resource_not_applied(resource)
-        if not settings.exporting and not any(settings.to_console(signal) for signal in SIGNALS):
-            self._warn_unexported()
+        self._warn_unexported()
         if bridge_logging and self._logs_leave_the_process():
             self._bridge_logging(policy)
 
@@ -205,13 +203,17 @@ class ExportPipeline:
         return "logs" in self.settings.endpoints or self.settings.to_console("logs")
 
     def _warn_unexported(self) -> None:
-        """Say once that the providers this pipeline built export nothing (the host's are its own)."""
+        """Say once which signals the providers this pipeline built export nowhere: no endpoint,
+        no console, and not turned off on purpose (the host's providers are the host's)."""
+        settings = self.settings
         built = (("traces", TracerProvider), ("metrics", MeterProvider), ("logs", LoggerProvider))
         signals = [
             signal
             for signal, kind in built
             if any(isinstance(provider, kind) for provider in self._owned)
-            and not self.settings.chosen_off(signal)  # OTEL_<SIGNAL>_EXPORTER=none is a choice
+            and signal not in settings.endpoints
+            and not settings.to_console(signal)
+            and not settings.chosen_off(signal)  # OTEL_<SIGNAL>_EXPORTER=none is a choice
         ]
         if not signals:
             return
@@ -220,7 +222,8 @@ class ExportPipeline:
             "no-endpoint",
             f"kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); {listed} are not exported. "
             "To see them locally, run `kaos-otel receive` and set "
-            "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317",
+            "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 (OTEL_<SIGNAL>_EXPORTER=none turns a "
+            "signal off without this notice)",
             level=logging.WARNING,
         )
 
@@ -333,7 +336,7 @@ class ExportPipeline:
         handler = KaosLoggingHandler(self.logger_provider, policy)
         root.addHandler(handler)
         self._log_handler = handler
-        self._root_handler_keeper = RootHandlerKeeper(handler)
+        keep_on_root(handler)
 
     def queued(self, signal: Signal = "traces") -> int:
         """Items of ``signal`` waiting in this manager's export queue (0 without one)."""
@@ -364,8 +367,7 @@ class ExportPipeline:
             self._shutdown_done = True
         if self._log_handler is not None:
             logging.getLogger().removeHandler(self._log_handler)
-        if self._root_handler_keeper is not None:
-            self._root_handler_keeper.release()
+            release_from_root(self._log_handler)
         if not self._owned:
             return True
         stops = [

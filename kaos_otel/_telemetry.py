@@ -315,6 +315,7 @@ class AgentTelemetry:
         no tools): every name of that kind is then ``_other``.
         """
         bounds = self._metrics.bounds
+        targets = None if targets is None else list(targets)  # read twice below (a generator too)
         if agent is not None:
             bounds.register(catalog.GEN_AI_AGENT_NAME, [agent])
         for key, names in (

@@ -421,6 +421,9 @@ def test_an_agent_declaring_no_tools_closes_the_tool_names() -> None:
         assert bounds.bound(catalog.GEN_AI_REQUEST_MODEL, "gpt-4o") == "gpt-4o"  # models: not declared
         otel.register_known_names("coordinator", tools=["echo"])
         assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "echo") == "echo"
+        otel.register_known_names(targets=(name for name in ["analyst"]))  # any iterable, once read
+        assert bounds.bound(catalog.GEN_AI_AGENT_NAME, "analyst") == "analyst"
+        assert bounds.bound(catalog.KAOS_DELEGATION_TARGET, "analyst") == "analyst"
     finally:
         otel.shutdown(5)
 

@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kaos_otel import KaosOtelManager, sanitized_exporter
+from kaos_otel._config import TelemetrySettings
 from kaos_otel.exporters.batch import BatchQueue, BatchSettings
 from kaos_otel.exporters.health import TelemetryHealth
 from kaos_otel.receiver import OtlpReceiver
@@ -325,8 +326,10 @@ def test_without_a_log_exporter_python_still_prints_warnings_and_errors() -> Non
 
 
 def test_logging_configured_after_the_manager_works_and_keeps_the_bridge() -> None:
-    """``basicConfig`` after the manager prints (it did nothing: the root had the bridge), and
-    ``dictConfig`` keeps the bridge (it removed it); shutdown puts the original functions back."""
+    """``basicConfig`` after the managers prints (it did nothing: the root had the bridges), and
+    ``dictConfig`` keeps the bridges (it removed them); shutting them down, in any order, puts the
+    original functions back. Python's own output stays as without the bridges: a warning no
+    handler prints and a message that does not format are reported once, however many bridges."""
     result = run_python(
         """
         import logging, logging.config, sys
@@ -334,39 +337,48 @@ def test_logging_configured_after_the_manager_works_and_keeps_the_bridge() -> No
         from kaos_otel._logs import KaosLoggingHandler
         functions = lambda: (logging.basicConfig, logging.config.dictConfig, logging.config.fileConfig)
         original = functions()
-        otel = KaosOtelManager("late-logging", endpoint="http://127.0.0.1:9")
+        app = KaosOtelManager("late-logging", endpoint="http://127.0.0.1:9")
+        library = KaosOtelManager("library", endpoint="http://127.0.0.1:9", global_providers=False)
         bridged = lambda: sum(isinstance(h, KaosLoggingHandler) for h in logging.getLogger().handlers)
+        logging.getLogger("app").warning("printed once by the last resort")
+        logging.getLogger("app").warning("bad format %d", "x")
         logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="CONSOLE %(message)s")
         logging.getLogger("app").info("after basicConfig")
         print("BRIDGED", bridged())
         logging.config.dictConfig({"version": 1, "disable_existing_loggers": False, "root": {"handlers": []}})
         print("BRIDGED", bridged())
-        logging.getLogger("app").warning("bad format %d", "x")
-        otel.shutdown(1)
+        app.shutdown(1)
+        library.shutdown(1)
         print("RESTORED", functions() == original)
         """,
         clean_env(),
     )
     assert result.returncode == 0, result.stderr
     assert "CONSOLE after basicConfig" in result.stdout.splitlines()
-    assert result.stdout.count("BRIDGED 1") == 2, result.stdout
+    assert result.stdout.count("BRIDGED 2") == 2, result.stdout
     assert "RESTORED True" in result.stdout
-    # a message that does not format is reported as logging reports it, not dropped silently
-    assert "--- Logging error ---" in result.stderr and "bad format %d" in result.stderr
+    assert result.stderr.count("printed once by the last resort") == 1, result.stderr
+    # a message that does not format is reported as logging reports it, once, not dropped silently
+    assert result.stderr.count("--- Logging error ---") == 1, result.stderr
+    assert "bad format %d" in result.stderr
 
 
 @pytest.mark.parametrize(
-    ("host_providers", "notice"),
+    ("host_providers", "environ", "notice"),
     [
-        ("", "traces, metrics and logs are not exported"),
-        ("traces", "metrics and logs are not exported"),
-        ("traces metrics logs", None),
+        ("", {}, "traces, metrics and logs are not exported"),
+        ("traces", {}, "metrics and logs are not exported"),
+        ("traces metrics logs", {}, None),
+        # a signal with an endpoint of its own, one on the console, one turned off: the rest is named
+        ("", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9"}, "metrics and logs are not"),
+        ("", {"OTEL_LOGS_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"}, "traces are not exported"),
     ],
 )
 def test_no_endpoint_notice_names_only_what_the_manager_built(
-    host_providers: str, notice: str | None
+    host_providers: str, environ: dict[str, str], notice: str | None
 ) -> None:
-    """The host's own providers export as the host set them up: the notice leaves them out."""
+    """The host's own providers export as the host set them up: the notice leaves them out, and
+    signals the manager exports or was told not to."""
     result = run_python(
         f"""
         import logging, sys
@@ -388,15 +400,16 @@ def test_no_endpoint_notice_names_only_what_the_manager_built(
             pass
         print("RESULT", otel.shutdown(2))
         """,
-        clean_env(),
+        {**clean_env(), **environ},
     )
     assert result.returncode == 0, result.stderr
-    assert "RESULT True" in result.stdout, result.stdout
+    flushed = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" not in environ  # that one points at a closed port
+    assert f"RESULT {flushed}" in result.stdout, result.stdout
     notices = [line for line in result.stdout.splitlines() if "no OTLP endpoint" in line]
     if notice is None:
         assert notices == [], result.stdout
     else:
-        assert len(notices) == 1 and f"); {notice}. " in notices[0], result.stdout
+        assert len(notices) == 1 and f"); {notice}" in notices[0], result.stdout
 
 
 def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
@@ -480,6 +493,31 @@ def test_protocol_from_environment_is_honoured(
     assert otlp_receiver.wait_for(lambda r: len(r.spans()) == 1 and len(r.logs()) >= 1, 10)
     assert otlp_receiver.spans()[0].name == f"via {protocol}"
     assert otel.health.dropped() == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "exported", "protocol"),
+    [
+        ("otlp", True, "grpc"),
+        (" OTLP , console ", True, "grpc"),
+        ("otlp_proto_http", True, "http/protobuf"),  # the names opentelemetry-instrument knows
+        ("otlp_proto_grpc", True, "grpc"),
+        (" ", True, "grpc"),  # blank: as unset
+        ("console", False, None),
+        ("none", False, None),
+        ("zipkin", False, None),
+    ],
+)
+def test_exporter_variable_chooses_otlp_and_its_protocol(
+    monkeypatch: pytest.MonkeyPatch, value: str, exported: bool, protocol: str | None
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", value)
+    settings = TelemetrySettings.from_env()
+    assert ("traces" in settings.endpoints) is exported
+    assert settings.protocols.get("traces") == protocol
+    assert settings.to_console("traces") is ("console" in value)
+    assert "metrics" in settings.endpoints  # other signals as they were
 
 
 def test_constructor_overrides_and_per_signal_endpoints(

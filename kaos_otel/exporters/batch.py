@@ -210,12 +210,13 @@ class BatchQueue(Generic[T]):
                 self._wake.clear()
                 with self._flush_lock:
                     flushes, self._flush_requests = self._flush_requests, []
-                self._drain(full_batches_only=woken and not flushes and not self._closed)
-                if self._closed:  # closed during that drain too: what it left behind goes now
+                closing = self._closed  # read once: a shutdown after this read wakes the next round
+                self._drain(full_batches_only=woken and not flushes and not closing)
+                if closing:  # what a full-batches-only drain, already under way, left behind
                     self._drain(full_batches_only=False)
                 for finished in flushes:
                     finished.set()
-                if self._closed:
+                if closing:
                     return
 
     def _batches(self, *, full_batches_only: bool) -> Iterator[list[T]]:
@@ -253,7 +254,13 @@ class BatchQueue(Generic[T]):
         self._closed = True
         self._wake.set()
         self._thread.join(timeout_s)
-        return not self._thread.is_alive()
+        if self._thread.is_alive():
+            return False
+        # an item put() let in just before it saw the queue closed, after the last drain: lost
+        left = len(self._queue)
+        self._queue.clear()
+        self._health.record_drop(self._signal, "shutdown", left)
+        return True
 
     def abandon(self, exporter: object) -> None:
         """After a missed deadline: count every item still held as lost, export no more.
