@@ -201,17 +201,25 @@ def _qualified_name(exc_type: type[BaseException]) -> str:
     return name if module in ("builtins", "__main__") else f"{module}.{name}"
 
 
-def _stack_without_messages(exc: BaseException) -> str:
-    """The traceback as Python prints it, chained causes included, with every exception's message
-    left out (a message may be content): frames and types only."""
+def _stack_without_messages(exc: BaseException, seen: set[int] | None = None) -> str:
+    """The traceback as Python prints it, chained causes and the members of exception groups
+    included, with every exception's message left out (a message may be content): frames and
+    types only."""
     blocks: list[str] = []  # from ``exc`` back to the first cause, reversed below
     current: BaseException | None = exc
-    seen: set[int] = set()
+    seen = set() if seen is None else seen
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         frames = "".join(traceback.format_tb(current.__traceback__))
         header = "Traceback (most recent call last):\n" if frames else ""
-        blocks.append(header + frames + _qualified_name(type(current)) + "\n")
+        block = header + frames + _qualified_name(type(current)) + "\n"
+        if isinstance(current, BaseExceptionGroup):  # an asyncio.TaskGroup's failures, say
+            for number, member in enumerate(current.exceptions, 1):
+                if id(member) not in seen:
+                    member_stack = _stack_without_messages(member, seen)
+                    block += f"+---------------- {number} ----------------\n"
+                    block += "".join(f"| {line}" for line in member_stack.splitlines(keepends=True))
+        blocks.append(block)
         if current.__cause__ is not None:
             blocks.append(_DIRECT_CAUSE)
             current = current.__cause__

@@ -48,16 +48,16 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"(?P<value>(?=[A-Za-z0-9._~+/=-]*[0-9._~+/=])[A-Za-z0-9._~+/=-]{8,}|[A-Za-z0-9._~+/=-]{24,})"
     ),
     # key=value / "key": "value" pairs whose key names a secret (token counts such as
-    # ``max_tokens`` are not secrets)
+    # ``max_tokens`` or ``totalTokenCount`` are not secrets)
     re.compile(
-        r"(?i)(?:password|passwd|pwd|secret|token(?!s)|api[_-]?key|apikey|"
+        r"(?i)(?:password|passwd|pwd|secret|token(?!s|_?count)|api[_-]?key|apikey|"
         r"private[_-]?key|access[_-]?key|credential)[\w.-]*[\"']?\s*[:=]\s*"
         r"(?!\[REDACTED\])(?P<value>\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s,;&}\])\"']+)"
     ),
 )
 
 SECRET_KEY_NAME = re.compile(
-    r"(?i)(password|passwd|secret|token(?!s)|api[_-]?key|apikey|private[_-]?key|access[_-]?key|"
+    r"(?i)(password|passwd|secret|token(?!s|_?count)|api[_-]?key|apikey|private[_-]?key|access[_-]?key|"
     r"authorization|credential|cookie)"
 )
 """Attribute keys and header names whose whole value is a secret."""

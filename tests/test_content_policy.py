@@ -5,6 +5,7 @@ Every check searches what actually reached the OTLP receiver, down to the raw ex
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -122,6 +123,30 @@ def test_without_capture_a_chained_stack_keeps_every_cause_but_no_message() -> N
     cause, _, effect = stack.partition("The above exception was the direct cause of the following exception:")
     assert "in lookup" in cause and cause.rstrip().endswith("KeyError")
     assert "in tool" in effect and effect.rstrip().endswith("ValueError")
+
+
+def test_without_capture_an_exception_group_keeps_its_members_but_no_message() -> None:
+    first, second = marker("first"), marker("second")
+
+    async def lookup() -> None:
+        raise KeyError(first)
+
+    async def fetch() -> None:
+        raise TimeoutError(second)
+
+    async def tool() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(lookup())
+            group.create_task(fetch())
+
+    try:
+        asyncio.run(tool())
+    except ExceptionGroup as exc:
+        stack = ContentPolicy().exception_attributes(exc)["exception.stacktrace"]
+    assert isinstance(stack, str)
+    assert first not in stack and second not in stack
+    assert "| KeyError" in stack and "| TimeoutError" in stack and "in lookup" in stack
+    assert stack.splitlines()[-1].startswith("|")  # the members follow the group, as Python prints
 
 
 @pytest.mark.parametrize("how", ["env", "env-true", "flag"])

@@ -100,18 +100,25 @@ def test_token_estimate_does_not_depend_on_spaces() -> None:
     assert estimate_tokens(spaced) >= 1000
 
 
+@pytest.mark.parametrize("sessions", [1, 3])
 @pytest.mark.parametrize("budget", [120, 400, 9])
-def test_a_summary_larger_than_the_budget_is_cut_and_the_newest_turns_stay(budget: int) -> None:
-    summary = Summary("s1", 4, " ".join(f"folded turn {i} about the opening hours" for i in range(60)))
+def test_summaries_larger_than_the_budget_are_cut_and_the_newest_turns_stay(
+    budget: int, sessions: int
+) -> None:
+    summaries = tuple(
+        Summary(f"s{n}", 4, " ".join(f"folded turn {i} about the opening hours" for i in range(60)))
+        for n in range(sessions)
+    )
     turns = tuple(Turn("user", f"turn {i}: what are the opening hours?") for i in range(5))
-    recalled = Recall(turns, (summary,)).within(budget)
+    recalled = Recall(turns, summaries).within(budget)
     texts = [t.content for t in recalled.turns] + [s.content for s in recalled.summaries]
     assert sum(estimate_tokens(text) for text in texts) <= budget
+    assert sum(estimate_tokens(s.content) for s in recalled.summaries) <= budget // 2
     if budget >= 120:
         assert recalled.turns[-1] == turns[-1]  # the newest turn is kept
-        (cut,) = recalled.summaries
-        assert cut.content.startswith("... ")
-        assert cut.content.endswith("folded turn 59 about the opening hours")
+        newest = recalled.summaries[0]
+        assert newest.session_id == "s0" and newest.content.startswith("... ")
+        assert newest.content.endswith("folded turn 59 about the opening hours")
 
 
 async def test_stored_turns_are_capped_and_recall_stays_within_its_budget(

@@ -231,6 +231,8 @@ BENIGN: tuple[Callable[[], str], ...] = (
         f" --max_tokens={RNG.randrange(4096)}"
     ),
     lambda: json.dumps({"model": "gpt-4o-mini", "max_tokens": RNG.randrange(4096), "input_tokens": 12}),
+    lambda: json.dumps({"usageMetadata": {"promptTokenCount": RNG.randrange(900), "totalTokenCount": 9}}),
+    lambda: f"usage: prompt_token_count={RNG.randrange(900)} candidates_token_count={RNG.randrange(90)}",
     lambda: f"https://example.com/docs/{_random(string.ascii_lowercase, 10)}?page={RNG.randrange(50)}#top",
     lambda: f"/var/lib/kaos/{uuid.uuid4().hex}/memory.db",
     lambda: (

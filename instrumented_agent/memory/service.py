@@ -59,12 +59,19 @@ class Recall:
     facts: tuple[str, ...] = ()
 
     def within(self, budget: int) -> Recall:
-        """This recall cut to ``budget`` estimated tokens: a summary keeps at most half of it (its
-        newest part: summaries grow at the end), then the oldest turns go first, then the oldest
-        summaries, then the least close facts. A summary larger than the budget no longer takes
-        the newest turns with it."""
+        """This recall cut to ``budget`` estimated tokens: the summaries share at most half of it
+        (newest first, each its newest part: summaries grow at the end), then the oldest turns go
+        first, then the oldest summaries, then the least close facts. Summaries larger than the
+        budget no longer take the newest turns with them."""
         turns, facts = list(self.turns), list(self.facts)
-        summaries = [replace(s, content=_newest_part(s.content, budget // 2)) for s in self.summaries]
+        summaries: list[Summary] = []
+        room = budget // 2
+        for summary in self.summaries:  # newest first
+            content = _newest_part(summary.content, room)
+            if not content:
+                break
+            summaries.append(replace(summary, content=content))
+            room -= estimate_tokens(content)
 
         def size() -> int:
             texts = [t.content for t in turns] + [s.content for s in summaries] + facts
