@@ -223,8 +223,9 @@ def run_demo(
                 if report.failed_streams:
                     out.say(f"  of the streams answered 200, {report.failed_streams} ended in an error event")
                 out.say(f"A research trace from before the faults: {report.research_trace_id or '?'}")
-            shown = {r.trace_id for r in results} | {report.research_trace_id if report else None}
-            _report_telemetry(out, shown - {None}, spans, points, telemetry_file, external)
+            ids = [r.trace_id for r in results] + [report.research_trace_id if report else None]
+            shown = {trace_id for trace_id in ids if trace_id}
+            _report_telemetry(out, shown, spans, points, telemetry_file, external)
     except KeyboardInterrupt:
         return _interrupted()
     return EXIT_OK if summary["ok"] else EXIT_SCENARIO_FAILED
@@ -262,7 +263,7 @@ def _report_scenario(out: _Output, result: ScenarioResult) -> None:
 
 def _report_telemetry(
     out: _Output,
-    trace_ids: set[str | None],
+    trace_ids: set[str],
     spans: Sequence[ReceivedSpan],
     points: Sequence[ReceivedMetricPoint],
     telemetry_file: Path,

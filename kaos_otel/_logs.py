@@ -166,8 +166,8 @@ _wrapped: list[tuple[object, str, Callable[..., Any], Callable[..., Any]]] = []
 
 
 def keep_on_root(handler: logging.Handler) -> None:
-    """Keep ``handler`` on the root logger across ``logging.basicConfig``, ``dictConfig`` and
-    ``fileConfig``.
+    """Add ``handler`` to the root logger and keep it there across ``logging.basicConfig``,
+    ``dictConfig`` and ``fileConfig``.
 
     ``basicConfig`` does nothing when the root logger has a handler, and ``dictConfig`` and
     ``fileConfig`` remove the root's handlers: an app configuring logging after the manager got no
@@ -178,6 +178,7 @@ def keep_on_root(handler: logging.Handler) -> None:
     """
     import logging.config
 
+    logging.getLogger().addHandler(handler)
     with _kept_lock:
         _kept.append(handler)
         if _wrapped:
@@ -191,7 +192,9 @@ def keep_on_root(handler: logging.Handler) -> None:
 
 
 def release_from_root(handler: logging.Handler) -> None:
-    """Stop keeping ``handler``; the last one released unwraps the logging config functions."""
+    """Remove ``handler`` from the root logger; the last one released unwraps the logging config
+    functions."""
+    logging.getLogger().removeHandler(handler)
     with _kept_lock:
         if handler in _kept:
             _kept.remove(handler)

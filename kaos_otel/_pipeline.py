@@ -334,9 +334,8 @@ class ExportPipeline:
             # handler, already bridges them: a second handler would export every record twice.
             return
         handler = KaosLoggingHandler(self.logger_provider, policy)
-        root.addHandler(handler)
-        self._log_handler = handler
         keep_on_root(handler)
+        self._log_handler = handler
 
     def queued(self, signal: Signal = "traces") -> int:
         """Items of ``signal`` waiting in this manager's export queue (0 without one)."""
@@ -366,7 +365,6 @@ class ExportPipeline:
                 return True
             self._shutdown_done = True
         if self._log_handler is not None:
-            logging.getLogger().removeHandler(self._log_handler)
             release_from_root(self._log_handler)
         if not self._owned:
             return True

@@ -210,10 +210,9 @@ class BatchQueue(Generic[T]):
                 self._wake.clear()
                 with self._flush_lock:
                     flushes, self._flush_requests = self._flush_requests, []
-                closing = self._closed  # read once: a shutdown after this read wakes the next round
+                # read once: a shutdown after this read wakes the next round, which drains it all
+                closing = self._closed
                 self._drain(full_batches_only=woken and not flushes and not closing)
-                if closing:  # what a full-batches-only drain, already under way, left behind
-                    self._drain(full_batches_only=False)
                 for finished in flushes:
                     finished.set()
                 if closing:
