@@ -207,18 +207,19 @@ class TelemetrySettings:
         }
         exporters = {signal: names for signal, (names, _) in chosen.items()}
         for signal in SIGNALS:
-            where = _signal_endpoint(env, signal, endpoint, protocol)
+            named = chosen[signal][1] if signal in chosen else None  # otlp_proto_http...
+            signal_protocol = enum_member(
+                OtlpProtocol,
+                protocol
+                or named
+                or env.get(SIGNAL_PROTOCOLS[signal])
+                or env.get(OTEL_EXPORTER_OTLP_PROTOCOL),
+                OtlpProtocol.GRPC,
+            )
+            where = _signal_endpoint(env, signal, endpoint, signal_protocol)
             if where and (signal not in exporters or "otlp" in exporters[signal]):
                 endpoints[signal] = where
-                named = chosen[signal][1] if signal in chosen else None  # otlp_proto_http...
-                protocols[signal] = enum_member(
-                    OtlpProtocol,
-                    protocol
-                    or named
-                    or env.get(SIGNAL_PROTOCOLS[signal])
-                    or env.get(OTEL_EXPORTER_OTLP_PROTOCOL),
-                    OtlpProtocol.GRPC,
-                )
+                protocols[signal] = signal_protocol
         capture = values.pop("capture_content", None)
         if isinstance(capture, bool):
             values["capture_content"] = (
@@ -278,11 +279,12 @@ def _exporter_names(env: Mapping[str, str], signal: str) -> tuple[frozenset[str]
 
 
 def _signal_endpoint(
-    env: Mapping[str, str], signal: str, endpoint: str | None, protocol: str | None
+    env: Mapping[str, str], signal: str, endpoint: str | None, protocol: OtlpProtocol
 ) -> str | None:
-    """Where ``signal`` goes: the explicit endpoint, else the per-signal or base variable."""
+    """Where ``signal`` goes: the explicit endpoint (the signal's path added for ``protocol``
+    HTTP, wherever that protocol was chosen), else the per-signal or base variable."""
     if endpoint:
-        if enum_member(OtlpProtocol, protocol, OtlpProtocol.GRPC) is OtlpProtocol.HTTP_PROTOBUF:
+        if protocol is OtlpProtocol.HTTP_PROTOBUF:
             return endpoint.rstrip("/") + f"/v1/{signal}"
         return endpoint
     return env.get(SIGNAL_ENDPOINTS[signal]) or env.get(OTEL_EXPORTER_OTLP_ENDPOINT) or None

@@ -552,6 +552,34 @@ def test_constructor_overrides_and_per_signal_endpoints(
     assert otlp_receiver.wait_for(lambda r: [s.name for s in r.spans()] == ["per-signal"], 10)
 
 
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
+        {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+        {"OTEL_TRACES_EXPORTER": "otlp_proto_http"},
+    ],
+    ids=["base-protocol", "traces-protocol", "exporter-name"],
+)
+def test_endpoint_argument_takes_the_path_of_the_protocol_the_environment_chose(
+    environ: dict[str, str],
+    otlp_receiver: OtlpReceiver,
+    managers: list[KaosOtelManager],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The endpoint in code, the protocol from the environment: HTTP still posts to /v1/traces."""
+    for name, value in {"OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none", **environ}.items():
+        monkeypatch.setenv(name, value)
+    otel = KaosOtelManager(endpoint=otlp_receiver.http_endpoint, global_providers=False)
+    managers.append(otel)
+    assert otel.settings.endpoints["traces"] == f"{otlp_receiver.http_endpoint}/v1/traces"
+    with otel.span("endpoint in code"):
+        pass
+    assert otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: [s.name for s in r.spans()] == ["endpoint in code"], 10)
+    assert otel.health.dropped() == 0
+
+
 def test_exporter_logging_is_not_fed_back_into_the_pipeline(
     make_otel: MakeOtel,
     otlp_receiver: OtlpReceiver,
