@@ -74,6 +74,52 @@ def run_python(code: str, env: dict[str, str], timeout: float = 60) -> subproces
     )
 
 
+# --- a forked process ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_process_forked_right_after_the_manager_exports_its_own_spans(
+    protocol: str, otlp_receiver: OtlpReceiver
+) -> None:
+    """gunicorn --preload forks workers right after the app (and its manager) is built. A module
+    an export thread is importing at that moment keeps its import lock held in the child for
+    ever, so the export threads import nothing as they start: what they need is imported on the
+    thread that builds the manager."""
+    endpoint = otlp_receiver.grpc_endpoint if protocol == "grpc" else otlp_receiver.http_endpoint
+    result = run_python(
+        """
+        import importlib.abc, os, sys, threading
+
+        importing_threads = set()
+
+        class WatchImports(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name.startswith("opentelemetry.instrumentation"):
+                    importing_threads.add(threading.current_thread().name)
+                return None
+
+        sys.meta_path.insert(0, WatchImports())
+        from kaos_otel import KaosOtelManager
+        otel = KaosOtelManager("forked", bridge_logging=False)
+        pid = os.fork()
+        if pid == 0:
+            with otel.span("child"):
+                pass
+            print("CHILD", otel.force_flush(5), otel.health.dropped(), flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("IMPORTED ON", sorted(importing_threads))
+        print("PARENT", otel.shutdown(5))
+        """,
+        clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL=protocol),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "IMPORTED ON ['MainThread']" in lines, result.stdout
+    assert "CHILD True 0" in lines, result.stdout
+    assert otlp_receiver.wait_for(lambda r: [s.name for s in r.spans()] == ["child"], 10)
+
+
 # --- a dead or hanging collector -----------------------------------------------------------------
 
 

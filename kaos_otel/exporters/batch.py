@@ -45,17 +45,20 @@ from kaos_otel.exporters.pipeline import exporting, on_export_thread
 T = TypeVar("T")
 
 
-def _suppress_instrumentation() -> AbstractContextManager[object]:
-    """Keep instrumentations (requests, urllib3, grpc...) from tracing the exporter's own calls.
+def _instrumentation_suppressor() -> Callable[[], AbstractContextManager[object]]:
+    """What keeps instrumentations (requests, urllib3, grpc...) from tracing the exporter's own calls.
 
     Instrumentations depend on ``opentelemetry-instrumentation``, whose public
     ``suppress_instrumentation`` they all honour; without that package there is nothing to suppress.
+    Imported on the thread that builds the queue, never on an export thread: a process forked
+    while an export thread was importing would find the module's import lock held for ever, and
+    the child's export thread would wait on it.
     """
     try:
         from opentelemetry.instrumentation.utils import suppress_instrumentation
     except ImportError:
-        return nullcontext()
-    return suppress_instrumentation()
+        return nullcontext
+    return suppress_instrumentation
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,7 @@ class BatchQueue(Generic[T]):
         self._flush_requests: list[threading.Event] = []
         self._closed = False
         self._abandoned = False
+        self._suppress_instrumentation = _instrumentation_suppressor()
         self._start_thread()
         reference = weakref.WeakMethod(self._start_thread)
         os.register_at_fork(after_in_child=lambda: _call(reference))
@@ -204,7 +208,7 @@ class BatchQueue(Generic[T]):
             self._wake.set()
 
     def _run(self) -> None:
-        with exporting(), _suppress_instrumentation():
+        with exporting(), self._suppress_instrumentation():
             while True:
                 woken = self._wake.wait(self._delay_s)
                 self._wake.clear()
