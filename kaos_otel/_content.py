@@ -133,16 +133,28 @@ class ContentPolicy:
                 return REDACTED
             return self.clean_text(value, self.max_value_length)
         if isinstance(value, int | float):  # before the slower abstract checks below; bools too
-            return value
+            if isinstance(value, bool) or not self._is_secret_named(key):
+                return value
+            return REDACTED  # a PIN, a numeric password
         if isinstance(value, Sequence) and value and isinstance(value[0], str):
             if self._is_secret_named(key):  # e.g. http.request.header.authorization
                 return tuple(REDACTED for _ in value)
             return tuple(self.clean_text(str(item), self.max_value_length) for item in value)
         if isinstance(value, bytes):
-            return value[: self.max_value_length]
+            return self._clean_bytes(key, value)
         if isinstance(value, Sequence) and all(isinstance(item, int | float) for item in value):
             return value  # numbers only
         return self._clean_structured(key, value, 0)  # type: ignore[return-value]
+
+    def _clean_bytes(self, key: str, value: bytes) -> AttributeValue:
+        """Bytes as they are, unless secret-named or holding text with a secret (then that text,
+        cleaned)."""
+        if value and self._is_secret_named(key):
+            return REDACTED
+        kept = value[: self.max_value_length]
+        text = kept.decode("utf-8", "replace")
+        cleaned = self.clean_text(text, self.max_value_length)
+        return kept if cleaned == text else cleaned
 
     def _clean_structured(self, key: str, value: object, depth: int) -> object:
         if value is None:
@@ -153,7 +165,10 @@ class ContentPolicy:
             if depth >= _MAX_STRUCTURE_DEPTH or len(value) > _MAX_STRUCTURE_ITEMS:
                 return self.clean_text(json.dumps(value, default=_safe_str), self.max_value_length)
             if isinstance(value, Mapping):
-                return {str(k): self._clean_structured(str(k), v, depth + 1) for k, v in value.items()}
+                return {
+                    self._clean_key(str(k)): self._clean_structured(str(k), v, depth + 1)
+                    for k, v in value.items()
+                }
             return [self._clean_structured(key, item, depth + 1) for item in value]
         return self.clean_text(_safe_str(value), self.max_value_length)
 
@@ -171,7 +186,12 @@ class ContentPolicy:
             # a plain dict, read at C speed: iterating the SDK's locked mapping through its views
             # cost about 1.5 us per attribute on the export thread
             attributes = attributes.copy()
-        return {key: self.clean_attribute(key, value) for key, value in attributes.items()}
+        return {self._clean_key(key): self.clean_attribute(key, value) for key, value in attributes.items()}
+
+    def _clean_key(self, key: str) -> str:
+        """An attribute key with secrets masked (a cache keyed by a credential, say); keys repeat,
+        so each is scanned once while it stays in the cache."""
+        return self.clean_text(key, self.max_value_length) if len(key) <= CACHED_TEXT_LENGTH else key
 
     def exception_attributes(self, exc: BaseException) -> dict[str, AttributeValue]:
         """``exception.*`` attributes; the message only when content capture is on (otherwise the

@@ -52,13 +52,14 @@ the capped sizes (8 KiB body plus capped exception attributes) a batch stays wel
 4 MiB a gRPC receiver or collector accepts."""
 
 
-def build_resource(settings: TelemetrySettings) -> Resource:
+def build_resource(settings: TelemetrySettings, policy: ContentPolicy) -> Resource:
     """``Resource.create`` (which reads ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``),
-    with the explicit overrides on top."""
+    with the explicit overrides on top, cleaned once: it goes out with every batch of every signal."""
     attributes = dict(settings.resource_attributes or {})
     if settings.service_name is not None:
         attributes[SERVICE_NAME] = settings.service_name
-    return HashedOnceResource(Resource.create(attributes))
+    resource = Resource.create(attributes)
+    return HashedOnceResource(Resource(policy.clean_attributes(resource.attributes), resource.schema_url))
 
 
 def span_limits(settings: TelemetrySettings) -> SpanLimits:
@@ -155,7 +156,7 @@ class ExportPipeline:
         self.logger_provider: Any = NoOpLoggerProvider()
         if settings.disabled:
             return
-        resource = build_resource(settings)
+        resource = build_resource(settings, policy)
         self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
         self.meter_provider = self._meter_provider(resource, global_providers)
         self.logger_provider = self._logger_provider(resource, policy, global_providers)

@@ -45,6 +45,8 @@ def _emit_everywhere(tracer_provider: trace.TracerProvider, logger: logging.Logg
             "many": (f"a {SECRET}", "b"),
             "http.request.header.authorization": (CREDENTIAL,),
             "headers": f'{{"Authorization": "Token {CREDENTIAL}"}}',
+            f"cache.{SECRET}": "hit",  # a key that holds a credential
+            "raw": f"Authorization: Bearer {SECRET}".encode(),
         },
         links=[Link(linked.get_span_context(), {"why": f"link {SECRET}"})],
     ) as span:
@@ -54,7 +56,11 @@ def _emit_everywhere(tracer_provider: trace.TracerProvider, logger: logging.Logg
             raise ValueError(f"message {SECRET}")
         except ValueError as exc:
             span.record_exception(exc)
-            structured = {"request": {"api_key": CREDENTIAL, "note": f"n {SECRET}"}, "attempts": [1, SECRET]}
+            structured = {
+                "request": {"api_key": CREDENTIAL, "note": f"n {SECRET}", SECRET: "keyed"},
+                "attempts": [1, SECRET],
+                "raw_header": f"Authorization: Bearer {SECRET}".encode(),
+            }
             logger.exception("body %s", SECRET, extra={"extra.key": f"attribute {SECRET}", **structured})
 
 
@@ -66,7 +72,12 @@ def _assert_masked(receiver: OtlpReceiver, spans: int, logs: int) -> None:
 
 
 def test_the_manager_masks_every_exported_string(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:
-    otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"})
+    otel = make_otel(
+        environ={
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+            "OTEL_RESOURCE_ATTRIBUTES": f"db.url=postgres://app:{CREDENTIAL}@db/app,openai.key={SECRET}",
+        }
+    )
     logger = logging.getLogger("tests.safety.manager")
     logger.addHandler(KaosLoggingHandler(otel.logger_provider, otel.content_policy))
     logger.propagate = False
@@ -142,6 +153,13 @@ def test_structured_log_attributes_are_cleaned_item_by_item_and_capped() -> None
     assert cleaned == {"api_key": REDACTED, "items": [1, f"x {REDACTED}", b"b" * 64]}
     assert policy.clean_attribute("cookie", ("a", "b")) == (REDACTED, REDACTED)
     assert policy.clean_attribute("embedding", (0.5, 1, True)) == (0.5, 1, True)
+    # numbers and bytes under a secret-named key, bytes holding a secret
+    assert policy.clean_attribute("password", 12345678) == REDACTED
+    assert policy.clean_attribute("db.password", b"hunter2") == REDACTED
+    assert policy.clean_attribute("retry.count", 3) == 3
+    assert policy.clean_attribute("tls.secret_set", True) is True
+    assert policy.clean_attribute("raw", f"x {SECRET}".encode()) == f"x {REDACTED}"
+    assert policy.clean_attribute("raw", b"\xff\x00 plain") == b"\xff\x00 plain"
     huge = policy.clean_attribute("huge", {"k": "v" * 5_000_000})
     assert isinstance(huge, dict) and len(huge["k"]) == 64
     assert huge["k"].endswith("...[truncated 4999936 chars]")
