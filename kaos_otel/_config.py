@@ -148,6 +148,8 @@ class TelemetrySettings:
     """Signals that export, and where (the override, else the variable); empty = no export."""
     protocols: Mapping[str, OtlpProtocol] = field(default_factory=dict)
     """Each exporting signal's transport."""
+    protocol: OtlpProtocol = OtlpProtocol.GRPC
+    """The transport every signal uses unless its own variable says otherwise."""
     endpoint: str | None = None
     """Explicit base endpoint for every signal (``/v1/<signal>`` is added for HTTP)."""
     service_name: str | None = None
@@ -197,7 +199,7 @@ class TelemetrySettings:
         env = os.environ
         values = {key: value for key, value in overrides.items() if value is not None}
         protocol = values.pop("protocol", None)
-        endpoint = values.pop("endpoint", None)
+        endpoint = values.pop("endpoint", None) or None  # blank: as not given
         endpoints: dict[str, str] = {}
         protocols: dict[str, OtlpProtocol] = {}
         chosen = {
@@ -208,13 +210,8 @@ class TelemetrySettings:
         exporters = {signal: names for signal, (names, _) in chosen.items()}
         for signal in SIGNALS:
             named = chosen[signal][1] if signal in chosen else None  # otlp_proto_http...
-            signal_protocol = enum_member(
-                OtlpProtocol,
-                protocol
-                or named
-                or env.get(SIGNAL_PROTOCOLS[signal])
-                or env.get(OTEL_EXPORTER_OTLP_PROTOCOL),
-                OtlpProtocol.GRPC,
+            signal_protocol = _protocol(
+                protocol or named or env.get(SIGNAL_PROTOCOLS[signal]) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL)
             )
             where = _signal_endpoint(env, signal, endpoint, signal_protocol)
             if where and (signal not in exporters or "otlp" in exporters[signal]):
@@ -231,7 +228,17 @@ class TelemetrySettings:
         trust = values.get("trust", env.get(KAOS_OTEL_TRUST))
         values["trust"] = TrustPolicy.from_setting(trust)
         # as the SDK's providers read it: "true" in any case, nothing else
-        values.setdefault("disabled", (env.get(OTEL_SDK_DISABLED) or "").strip().lower() == "true")
+        disabled_by_env = (env.get(OTEL_SDK_DISABLED) or "").strip().lower() == "true"
+        if disabled_by_env and values.get("disabled") is False:
+            log_once(
+                "disabled-false-under-sdk-disabled",
+                "kaos-otel: disabled=False cannot override %s=%s: the SDK's providers read it "
+                "themselves and record nothing; telemetry stays off",
+                OTEL_SDK_DISABLED, env.get(OTEL_SDK_DISABLED),
+                level=logging.WARNING,
+            )  # fmt: skip
+            values["disabled"] = True
+        values.setdefault("disabled", disabled_by_env)
         values.setdefault("console", _bool(env.get(KAOS_OTEL_CONSOLE)))
         values.setdefault(
             "attribute_value_length_limit", _attribute_limit(env) or DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
@@ -240,6 +247,7 @@ class TelemetrySettings:
             cls(),
             endpoints=endpoints,
             protocols=protocols,
+            protocol=_protocol(protocol or env.get(OTEL_EXPORTER_OTLP_PROTOCOL)),
             endpoint=endpoint,
             exporters=exporters,
             baggage_allowlist=frozenset(
@@ -276,6 +284,21 @@ def _exporter_names(env: Mapping[str, str], signal: str) -> tuple[frozenset[str]
     otlp = [name for name in _OTLP_EXPORTER_NAMES if name in names]
     chosen = frozenset({"otlp"} if otlp else set()) | (names & {"console"})
     return chosen, next((_OTLP_EXPORTER_NAMES[name] for name in otlp if _OTLP_EXPORTER_NAMES[name]), None)
+
+
+def _protocol(raw: object) -> OtlpProtocol:
+    """The OTLP protocol ``raw`` names (unset: gRPC, the SDK's default); a value naming no
+    protocol kaos-otel builds is said once, and gRPC is used."""
+    protocol = enum_member(OtlpProtocol, raw, OtlpProtocol.GRPC)
+    text = "" if raw is None else str(raw).strip()
+    if text and text != protocol.value:
+        log_once(
+            f"unknown-protocol-{text}",
+            "kaos-otel: OTLP protocol %r is not one of %s; grpc is used",
+            text, ", ".join(member.value for member in OtlpProtocol),
+            level=logging.WARNING,
+        )  # fmt: skip
+    return protocol
 
 
 def _signal_endpoint(

@@ -26,7 +26,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-from kaos_otel._config import TelemetrySettings
+from kaos_otel._config import OtlpProtocol, TelemetrySettings
 from kaos_otel._content import ContentPolicy
 from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._logs import KaosLoggingHandler, keep_on_root, release_from_root
@@ -219,11 +219,12 @@ class ExportPipeline:
         if not signals:
             return
         listed = signals[0] if len(signals) == 1 else f"{', '.join(signals[:-1])} and {signals[-1]}"
+        port = 4318 if settings.protocol is OtlpProtocol.HTTP_PROTOBUF else 4317  # kaos-otel receive's
         log_once(  # WARNING: shown even where logging was never configured
             "no-endpoint",
             f"kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); {listed} are not exported. "
             "To see them locally, run `kaos-otel receive` and set "
-            "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 (OTEL_<SIGNAL>_EXPORTER=none turns a "
+            f"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:{port} (OTEL_<SIGNAL>_EXPORTER=none turns a "
             "signal off without this notice)",
             level=logging.WARNING,
         )

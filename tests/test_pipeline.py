@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kaos_otel import KaosOtelManager, sanitized_exporter
-from kaos_otel._config import TelemetrySettings
+from kaos_otel._config import OtlpProtocol, TelemetrySettings
 from kaos_otel.exporters.batch import BatchQueue, BatchSettings
 from kaos_otel.exporters.health import TelemetryHealth
 from kaos_otel.receiver import OtlpReceiver
@@ -564,6 +564,60 @@ def test_exporter_variable_chooses_otlp_and_its_protocol(
     assert settings.protocols.get("traces") == protocol
     assert settings.to_console("traces") is ("console" in value)
     assert "metrics" in settings.endpoints  # other signals as they were
+
+
+def test_a_blank_endpoint_argument_counts_as_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``endpoint=os.environ.get("COLLECTOR", "")``: the exporters read the variables themselves."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    blank = TelemetrySettings.from_env(endpoint="")
+    assert blank.endpoint is None
+    assert blank.endpoints == TelemetrySettings.from_env().endpoints
+
+
+@pytest.mark.parametrize(
+    ("environ", "overrides"),
+    [({"OTEL_EXPORTER_OTLP_PROTOCOL": "HTTP/PROTOBUF"}, {}), ({}, {"protocol": "http/json"})],
+)
+def test_a_protocol_kaos_otel_cannot_build_is_said(
+    environ: dict[str, str],
+    overrides: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    unsaid_notices: None,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    settings = TelemetrySettings.from_env(**overrides)
+    assert set(settings.protocols.values()) == {OtlpProtocol.GRPC}
+    said = [r.getMessage() for r in caplog.records if "is not one of grpc, http/protobuf" in r.getMessage()]
+    assert len(said) == 1 and [*environ.values(), *overrides.values()][0] in said[0]
+
+
+def test_disabled_false_cannot_override_sdk_disabled_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, unsaid_notices: None
+) -> None:
+    """The SDK's providers read OTEL_SDK_DISABLED themselves: a manager claiming to be on would
+    export nothing."""
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert TelemetrySettings.from_env(disabled=False).disabled
+    assert any("disabled=False cannot override" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("protocol", "port"), [("grpc", 4317), ("http/protobuf", 4318)])
+def test_the_no_endpoint_notice_names_the_receive_port_of_the_protocol(
+    protocol: str,
+    port: int,
+    managers: list[KaosOtelManager],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    unsaid_notices: None,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    managers.append(KaosOtelManager(global_providers=False, bridge_logging=False))
+    notices = [r.getMessage() for r in caplog.records if "no OTLP endpoint" in r.getMessage()]
+    assert len(notices) == 1 and f"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:{port} " in notices[0]
 
 
 def test_constructor_overrides_and_per_signal_endpoints(
