@@ -88,6 +88,9 @@ class KaosOtelManager(AgentTelemetry):
         )
         if parts.enabled:
             atexit.register(self.shutdown)
+            from multiprocessing.util import register_after_fork
+
+            register_after_fork(self, _shut_down_when_the_child_exits)
 
     @property
     def tracer_provider(self) -> trace.TracerProvider:
@@ -122,6 +125,15 @@ class KaosOtelManager(AgentTelemetry):
         """Flush and stop the pipeline with a hard deadline; safe to call twice (also runs at exit)."""
         atexit.unregister(self.shutdown)
         return self.pipeline.shutdown(timeout)
+
+
+def _shut_down_when_the_child_exits(manager: KaosOtelManager) -> None:
+    """In a ``multiprocessing`` child forked from the manager's process (a ``Process``, a
+    ``ProcessPoolExecutor`` worker): the child leaves with ``os._exit``, past ``atexit``, so the
+    manager is shut down by multiprocessing's own exit finalizers instead."""
+    from multiprocessing.util import Finalize
+
+    Finalize(None, manager.shutdown, exitpriority=0)
 
 
 _default_lock = threading.Lock()

@@ -8,6 +8,7 @@ from model output (agent, tool, model, delegation target names) pass through
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Iterable
@@ -18,6 +19,7 @@ from opentelemetry.sdk.metrics.view import DropAggregation, ExplicitBucketHistog
 from opentelemetry.util.types import Attributes
 
 from kaos_otel import catalog
+from kaos_otel._internal_log import log_once
 from kaos_otel._secrets import Redactor, default_redactor
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
@@ -89,6 +91,15 @@ class CatalogMeterProvider(MeterProvider):
             return self.provider.get_meter(
                 name, version=version, schema_url=schema_url, attributes=attributes
             )
+        log_once(
+            "foreign-meter",
+            "kaos-otel: meter %r records nothing: the manager's meter provider exports kaos-otel's "
+            "metrics only. To export your own or other libraries' metrics too, install your own "
+            "MeterProvider (views=kaos_otel.metric_views(drop_unlisted=False) keeps kaos-otel's "
+            "buckets and label allow-lists) before creating the manager",
+            name,
+            level=logging.WARNING,
+        )
         return NoOpMeter(name, version=version, schema_url=schema_url)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:

@@ -121,6 +121,8 @@ os._exit(0)
         OTEL_METRIC_EXPORT_INTERVAL="600000",
     )
     assert result.returncode == 0, result.stderr
+    assert "meter 'opentelemetry.instrumentation.httpx' records nothing" in result.stderr  # said once
+    assert result.stderr.count("records nothing") == 1
     points = otlp_receiver.metric_points()
     assert "http.client.requests" not in {point.name for point in points}
     compactions = [point.value for point in points if point.name == catalog.KAOS_MEMORY_COMPACTIONS]

@@ -120,6 +120,39 @@ def test_a_process_forked_right_after_the_manager_exports_its_own_spans(
     assert otlp_receiver.wait_for(lambda r: [s.name for s in r.spans()] == ["child"], 10)
 
 
+def test_multiprocessing_children_forked_from_the_manager_export_their_spans(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    """A multiprocessing child leaves with os._exit, past atexit: its telemetry is flushed by
+    multiprocessing's exit finalizers (a Process and ProcessPoolExecutor workers, fork method)."""
+    result = run_python(
+        """
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from kaos_otel import KaosOtelManager
+
+        otel = KaosOtelManager("forked", bridge_logging=False)
+
+        def work(i):
+            with otel.span(f"work {i}"):
+                return i
+
+        fork = multiprocessing.get_context("fork")
+        child = fork.Process(target=work, args=(0,))
+        child.start()
+        child.join()
+        with ProcessPoolExecutor(2, mp_context=fork) as pool:
+            print("RESULTS", sorted(pool.map(work, [1, 2, 3])))
+        print("PARENT", otel.shutdown(5))
+        """,
+        clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RESULTS [1, 2, 3]" in result.stdout, result.stdout
+    names = ["work 0", "work 1", "work 2", "work 3"]
+    assert otlp_receiver.wait_for(lambda r: sorted(s.name for s in r.spans()) == names, 10)
+
+
 # --- a dead or hanging collector -----------------------------------------------------------------
 
 
