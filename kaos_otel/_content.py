@@ -188,6 +188,17 @@ class ContentPolicy:
             attributes = attributes.copy()
         return {self._clean_key(key): self.clean_attribute(key, value) for key, value in attributes.items()}
 
+    def redact_resource(self, attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
+        """Resource attributes with secrets masked, sizes kept: the SDK caps no resource value."""
+        return {
+            self.redactor(key): (
+                (REDACTED if self._is_secret_named(key) else self.redactor(value))
+                if isinstance(value, str) and value
+                else value
+            )
+            for key, value in attributes.items()
+        }
+
     def _clean_key(self, key: str) -> str:
         """An attribute key with secrets masked (a cache keyed by a credential, say); keys repeat,
         so each is scanned once while it stays in the cache."""
@@ -253,24 +264,28 @@ def _stack_without_messages(exc: BaseException, seen: set[int] | None = None) ->
     return "".join(reversed(blocks))
 
 
-def to_attribute_value(value: object, limit: int) -> AttributeValue:
-    """Make any value exportable: primitives pass, containers become JSON, the rest ``str``; capped."""
+def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
+    """Make any value exportable: primitives pass, containers become JSON, the rest ``str``; a
+    value over the cap is cleaned as it is cut (a secret the cut goes through is masked whole)."""
     if isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, str):
-        return cap_text(value, limit)
+        return policy.bound_size(value, policy.max_value_length)
     if not isinstance(value, Mapping | list | tuple):
         # a UUID, a path, an enum: its plain text, not a JSON string literal in quotes
-        return cap_text(_safe_str(value), limit)
+        return policy.bound_size(_safe_str(value), policy.max_value_length)
     if isinstance(value, (list, tuple)) and all(isinstance(item, (str, bool, int, float)) for item in value):
         kinds = {type(item) for item in value}
         if len(kinds) <= 1:
-            return tuple(cap_text(item, limit) if isinstance(item, str) else item for item in value)
+            return tuple(
+                policy.bound_size(item, policy.max_value_length) if isinstance(item, str) else item
+                for item in value
+            )
     try:
         text = json.dumps(value, default=_safe_str, ensure_ascii=False)
     except Exception:  # any value must become an attribute: never raise into the caller
         text = _safe_str(value)
-    return cap_text(text, limit)
+    return policy.bound_size(text, policy.max_value_length)
 
 
 def _safe_str(value: object) -> str:
@@ -280,17 +295,20 @@ def _safe_str(value: object) -> str:
         return f"<unprintable {type(value).__name__}>"
 
 
-def to_attributes(attributes: Mapping[str, object] | None, limit: int) -> dict[str, AttributeValue]:
+def to_attributes(
+    attributes: Mapping[str, object] | None, policy: ContentPolicy
+) -> dict[str, AttributeValue]:
     """Convert a mapping of arbitrary values into exportable attributes (``None`` values dropped)."""
     if not attributes:
         return {}
+    limit = policy.max_value_length
     converted: dict[str, AttributeValue] = {}
     for key, value in attributes.items():
         # Plain strings and numbers, nearly every value on the request path, take no function call.
         if type(value) is str:
-            converted[str(key)] = value if len(value) <= limit else cap_text(value, limit)
+            converted[str(key)] = value if len(value) <= limit else policy.bound_size(value, limit)
         elif type(value) is int or type(value) is float or type(value) is bool:
             converted[str(key)] = value
         elif value is not None:
-            converted[str(key)] = to_attribute_value(value, limit)
+            converted[str(key)] = to_attribute_value(value, policy)
     return converted

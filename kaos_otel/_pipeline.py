@@ -59,7 +59,7 @@ def build_resource(settings: TelemetrySettings, policy: ContentPolicy) -> Resour
     if settings.service_name is not None:
         attributes[SERVICE_NAME] = settings.service_name
     resource = Resource.create(attributes)
-    return HashedOnceResource(Resource(policy.clean_attributes(resource.attributes), resource.schema_url))
+    return HashedOnceResource(Resource(policy.redact_resource(resource.attributes), resource.schema_url))
 
 
 def span_limits(settings: TelemetrySettings) -> SpanLimits:

@@ -19,8 +19,11 @@ _START = r"(?<![A-Za-z0-9])"
 """A token starts here: not in the middle of a word (decoding turns ``\\n`` into a newline first)."""
 
 DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
-    # PEM private-key blocks; one cut by a size cap is masked to its end
-    re.compile(r"-----BEGIN[A-Z ]*PRIVATE KEY-----(?:.*?-----END[A-Z ]*PRIVATE KEY-----|.*\Z)", re.DOTALL),
+    # PEM private-key blocks and PGP private-key blocks; one cut by a size cap is masked to its end
+    re.compile(
+        r"-----BEGIN[A-Z ]*PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END[A-Z ]*PRIVATE KEY(?: BLOCK)?-----|.*\Z)",
+        re.DOTALL,
+    ),
     # OpenAI (sk-, sk-proj-, sk-svcacct-), Anthropic (sk-ant-), and rk-/pk- keys of the same shape
     re.compile(_START + r"(?:sk|rk|pk)-[A-Za-z0-9_-]{20,}"),
     # Stripe secret and restricted keys, webhook secrets
@@ -28,6 +31,11 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(_START + r"AIza[0-9A-Za-z_-]{30,}"),  # Google API keys
     re.compile(_START + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),  # GitHub
     re.compile(_START + r"xox[abposr]-[A-Za-z0-9-]{10,}|" + _START + r"xapp-[A-Za-z0-9-]{10,}"),  # Slack
+    # Hugging Face, GitLab, Groq, xAI, npm tokens; Google OAuth access tokens
+    re.compile(
+        _START + r"(?:hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}|gsk_[A-Za-z0-9]{40,}|"
+        r"xai-[A-Za-z0-9]{40,}|npm_[A-Za-z0-9]{36,}|ya29\.[A-Za-z0-9_-]{20,})"
+    ),
     # AWS access key ids, with a secret access key that follows within a few separators
     re.compile(
         _START + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])"
@@ -35,30 +43,37 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     ),
     # bare JWTs (header.payload[.signature], both base64url JSON objects)
     re.compile(_START + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)?"),
-    # user:password@ in URLs (the whole user info is masked)
-    re.compile(r"://(?P<value>[^/\s:@?#]*:[^/\s@?#]*)(?=@)"),
+    # user:password@ in URLs (the whole user info is masked): the password runs to the last @
+    # and may hold / + @ (a port followed by a path is not a password)
+    re.compile(r"://(?P<value>[^/\s:@?#]*:(?![0-9]+(?:[/?#\s]|$))[^\s?#\"'<>\\]*)(?=@)"),
     # Authorization / Cookie / Set-Cookie header values: the rest of the header line
     re.compile(
         r"(?i)(?:\b(?:proxy-)?(?:authorization|set-cookie|cookie|x-api-key)[\"']?\s*[:=]\s*[\"']?)"
         r"(?P<value>[^\s\"'\\][^\r\n\"'\\]*)"
     ),
-    # bearer / basic credentials anywhere (a token with a digit, or a long one)
+    # bearer / basic credentials anywhere (a token with a digit, or a long one); a basic one is
+    # base64 ("a basic example." is not a credential)
     re.compile(
-        r"(?i)(?:\b(?:bearer|basic)\s+)"
+        r"(?i)(?:\bbearer\s+)"
         r"(?P<value>(?=[A-Za-z0-9._~+/=-]*[0-9._~+/=])[A-Za-z0-9._~+/=-]{8,}|[A-Za-z0-9._~+/=-]{24,})"
     ),
-    # key=value / "key": "value" pairs whose key names a secret (token counts such as
-    # ``max_tokens`` or ``totalTokenCount`` are not secrets)
     re.compile(
-        r"(?i)(?:password|passwd|pwd|secret|token(?!s|_?count)|api[_-]?key|apikey|"
-        r"private[_-]?key|access[_-]?key|credential)[\w.-]*[\"']?\s*[:=]\s*"
-        r"(?!\[REDACTED\])(?P<value>\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s,;&}\])\"']+)"
+        r"(?i)(?:\bbasic\s+)"
+        r"(?P<value>(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2}|[A-Za-z0-9+/]{24,}={0,2})"
+    ),
+    # key=value / "key": "value" pairs whose key names a secret: a key ending in "token" (not
+    # token counts, usage, ids or tokenizers such as ``max_tokens``, ``token_usage``,
+    # ``totalTokenCount``); a value is not a structure ({, [, () and a quoted one may hold \"
+    re.compile(
+        r"(?i)(?:(?:password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|"
+        r"private[_-]?key|access[_-]?key|account[_-]?key|credential)[\w.-]*|token)[\"']?\s*[:=]\s*"
+        r"(?!\[REDACTED\])(?P<value>\"(?:[^\"\\\r\n]|\\.)*\"|'[^'\r\n]*'|[^\s,;&}\])\"'{\[(=][^\s,;&}\])\"']*)"
     ),
 )
 
 SECRET_KEY_NAME = re.compile(
-    r"(?i)(password|passwd|secret|token(?!s|_?count)|api[_-]?key|apikey|private[_-]?key|access[_-]?key|"
-    r"authorization|credential|cookie)"
+    r"(?i)(password|passwd|passphrase|secret|token(?!s|_?count)|api[_-]?key|apikey|private[_-]?key|"
+    r"access[_-]?key|account[_-]?key|authorization|credential|cookie)"
 )
 """Attribute keys and header names whose whole value is a secret."""
 
@@ -66,7 +81,8 @@ SECRET_KEY_NAME = re.compile(
 # without IGNORECASE the regex engine scans several times faster (this runs on every exported
 # string, on the export thread).
 _QUICK_CHECK = re.compile(
-    r"sk-|rk-|pk-|sk_|rk_|whsec_|aiza|gh[pousr]_|github_pat_|xox|xapp-|akia|asia|abia|acca|eyj|"
+    r"sk-|rk-|pk-|sk_|rk_|whsec_|aiza|gh[pousr]_|github_pat_|xox|xapp-|hf_|glpat-|gsk_|xai-|npm_|ya29\.|"
+    r"akia|asia|abia|acca|eyj|"
     r"private key|://|bearer|basic|pass|pwd|secret|token|key|auth|cookie|credential"
 )
 _JSON_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|[\"\\/bfnrt])")

@@ -117,15 +117,15 @@ class SpanHandle:
     def set_attribute(self, key: str, value: object) -> None:
         """Set one attribute; any value is accepted (non-primitives are stringified, sizes capped)."""
         if value is not None:
-            self.span.set_attribute(key, to_attribute_value(value, self._policy.max_value_length))
+            self.span.set_attribute(key, to_attribute_value(value, self._policy))
 
     def set_attributes(self, attributes: Mapping[str, object]) -> None:
         """Set several attributes (``None`` values are skipped)."""
-        self.span.set_attributes(to_attributes(attributes, self._policy.max_value_length))
+        self.span.set_attributes(to_attributes(attributes, self._policy))
 
     def add_event(self, name: str, attributes: Mapping[str, object] | None = None) -> None:
         """Add an event to the span."""
-        self.span.add_event(name, to_attributes(attributes, self._policy.max_value_length))
+        self.span.add_event(name, to_attributes(attributes, self._policy))
 
     def set_content(self, key: str, value: object) -> None:
         """Set a content attribute (prompt, response, arguments...) only when capture is on."""
@@ -285,7 +285,7 @@ class SpanFactory:
             name,
             context=parent_context,
             kind=kind,
-            attributes=to_attributes(attributes, self._policy.max_value_length) if attributes else None,
+            attributes=to_attributes(attributes, self._policy) if attributes else None,
             links=links,
         )
         return handle_type(span, parent_context, self._policy, on_end, previous)

@@ -88,7 +88,6 @@ class ModelCall(SpanHandle):
         if self.events is None or (input_messages is None and output_messages is None):
             return
         try:
-            limit = self._policy.max_value_length
             self.events.emit(
                 LogRecord(
                     event_name=catalog.GEN_AI_INFERENCE_DETAILS_EVENT,
@@ -100,7 +99,7 @@ class ModelCall(SpanHandle):
                             catalog.GEN_AI_INPUT_MESSAGES: input_messages,
                             catalog.GEN_AI_OUTPUT_MESSAGES: output_messages,
                         },
-                        limit,
+                        self._policy,
                     ),
                 )
             )

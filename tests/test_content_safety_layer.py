@@ -8,6 +8,7 @@ values, through the manager's own pipeline and through a host's providers with
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 
@@ -165,3 +166,30 @@ def test_structured_log_attributes_are_cleaned_item_by_item_and_capped() -> None
     assert huge["k"].endswith("...[truncated 4999936 chars]")
     wide = policy.clean_attribute("wide", {str(i): i for i in range(10_000)})
     assert isinstance(wide, str) and len(wide) == 64
+
+
+def test_a_value_the_cap_cuts_is_cleaned_before_the_cut(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """The cap keeps a URL up to the end of its password and cuts off the "@": the password is
+    masked all the same (the cut no longer hides what made it a credential)."""
+    limit = 256
+    head = "postgres://admin:hunter2hunter2"
+    tail = "@db.internal/app?sslmode=require" * 4
+    marker = len(f"...[truncated {len(tail)} chars]")
+    value = "q" * (limit - marker - len(head)) + head + tail  # the kept part ends with the password
+    otel = make_otel(environ={"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": str(limit)})
+    with otel.span("db.query", attributes={"db.statement": value}):
+        pass
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) == 1, 10)
+    exported = otlp_receiver.spans()[0].attributes["db.statement"]
+    assert len(exported) <= limit and "truncated" in exported
+    assert "hunter2" not in exported and "postgres://" in exported
+
+
+def test_a_json_password_holding_an_escaped_quote_is_masked_whole() -> None:
+    """The collector's RE2 patterns cannot follow JSON escapes this far: the SDK's layer does."""
+    text = json.dumps({"username": "bob", "password": 'ab"cd-SuperSecret99'})
+    cleaned = ContentPolicy().clean_text(text)
+    assert "SuperSecret99" not in cleaned and '"username": "bob"' in cleaned

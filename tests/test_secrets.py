@@ -55,6 +55,16 @@ def _pem() -> Secret:
     )
 
 
+def _pgp() -> Secret:
+    lines = [_random(B64, 64) for _ in range(4)]
+    body = "\n".join(lines)
+    return Secret(
+        "pgp",
+        f"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n{body}\n-----END PGP PRIVATE KEY BLOCK-----",
+        tuple(lines),
+    )
+
+
 def _jwt() -> Secret:
     def part(value: dict[str, object]) -> str:
         return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
@@ -114,6 +124,26 @@ SECRETS: tuple[Callable[[], Secret], ...] = (
     _labelled("set-cookie", "Set-Cookie: sid={}; Path=/; HttpOnly", lambda: _random(ALNUM, 32)),
     _labelled("password-json", '{{"password": "{}"}}', lambda: _random(ALNUM + "!#$", 14)),
     _labelled("api-key-env", "OPENAI_API_KEY={}", lambda: _random(ALNUM, 40)),
+    _pgp,
+    _plain("huggingface", lambda: "hf_" + _random(ALNUM, 34)),
+    _plain("gitlab", lambda: "glpat-" + _random(ALNUM + "_-", 20)),
+    _plain("groq", lambda: "gsk_" + _random(ALNUM, 52)),
+    _plain("npm", lambda: "npm_" + _random(ALNUM, 36)),
+    _plain("google-oauth", lambda: "ya29." + _random(ALNUM + "_-", 60)),
+    _labelled(  # a password with the characters DSNs leave unencoded
+        "url-credentials-symbols",
+        "mysql://admin:{}@db.internal:3306/app",
+        lambda: f"{_random(ALNUM, 6)}/{_random(ALNUM, 4)}+{_random(ALNUM, 4)}@{_random(ALNUM, 3)}",
+    ),
+    _labelled(
+        "azure-account-key",
+        "DefaultEndpointsProtocol=https;AccountName=kaos;AccountKey={};EndpointSuffix=core.windows.net",
+        lambda: base64.b64encode(RNG.randbytes(64)).decode(),
+    ),
+    _labelled("passphrase", "passphrase: {}", lambda: _random(ALNUM, 24)),
+    _labelled(
+        "access-token-json", '{{"access_token": "{}", "token_type": "bearer"}}', lambda: _random(ALNUM, 32)
+    ),
 )
 
 PLACEMENTS: tuple[Callable[[str], str], ...] = (
@@ -245,6 +275,13 @@ BENIGN: tuple[Callable[[], str], ...] = (
         f"The token budget is {RNG.randrange(9000)} tokens;"
         f" risk-assessment-for-quarterly-review-{RNG.randrange(99)}"
     ),
+    # ordinary agent text that names tokens, keys or "basic"
+    lambda: f"Here is a basic example of step {RNG.randrange(9)}.",
+    lambda: json.dumps({"token_usage": {"input": RNG.randrange(900), "output": 3}}),
+    lambda: json.dumps({"token_ids": [101, RNG.randrange(30000), 102], "tokenizer": "cl100k_base"}),
+    lambda: json.dumps({"token_type": "bearer", "expires_in": RNG.randrange(3600)}),
+    lambda: f"if token == 'EOF':\n    break  # line {RNG.randrange(99)}",
+    lambda: f"https://localhost:{RNG.randrange(1024, 65535)}/users/@{_random(string.ascii_lowercase, 6)}",
 )
 
 
