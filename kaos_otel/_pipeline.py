@@ -162,6 +162,7 @@ class ExportPipeline:
         self.logger_provider = self._logger_provider(resource, policy, global_providers)
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
         self._warn_resource_not_applied(resource)
+        self._warn_export_not_applied()
         self._warn_unexported()
         if bridge_logging and self._logs_leave_the_process():
             self._bridge_logging(policy)
@@ -194,6 +195,36 @@ class ExportPipeline:
                 ", ".join(differing),
                 level=logging.WARNING,
             )
+
+    def _warn_export_not_applied(self) -> None:
+        """Say once when export settings passed in code cannot reach the host's providers, which
+        export as they were set up (an endpoint given here would otherwise go unused in silence)."""
+        settings = self.settings
+        overrides = (
+            ("endpoint", settings.endpoint),
+            ("headers", settings.headers),
+            ("export_timeout_s", settings.export_timeout_s),
+            ("metric_export_interval_ms", settings.metric_export_interval_ms),
+            ("span_schedule_delay_ms", settings.span_schedule_delay_ms),
+            ("span_max_queue_size", settings.span_max_queue_size),
+        )
+        given = [name for name, value in overrides if value is not None]
+        meter = self.meter_provider
+        built = {
+            "traces": self.tracer_provider in self._owned,
+            "metrics": isinstance(meter, CatalogMeterProvider) and meter.provider in self._owned,
+            "logs": self.logger_provider in self._owned,
+        }
+        adopted = [signal for signal, own in built.items() if not own]
+        if given and adopted:
+            log_once(
+                "export-not-applied",
+                "kaos-otel: the global providers of %s were set up before this manager (by "
+                "opentelemetry-instrument or the application) and export as they were set up: %s "
+                "given here not applied to them; set the OTEL_EXPORTER_OTLP_* variables instead",
+                ", ".join(adopted), ", ".join(given),
+                level=logging.WARNING,
+            )  # fmt: skip
 
     def _logs_leave_the_process(self) -> bool:
         """Whether log records given to the logger provider go anywhere: the host's provider, or

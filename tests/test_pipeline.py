@@ -491,6 +491,36 @@ def test_no_endpoint_notice_names_only_what_the_manager_built(
         assert len(notices) == 1 and f"); {notice}" in notices[0], result.stdout
 
 
+@pytest.mark.parametrize(
+    ("setup", "adopted"),
+    [
+        (
+            "from opentelemetry.sdk.trace import TracerProvider\ntrace.set_tracer_provider(TracerProvider())",
+            "traces",
+        ),
+        ("import kaos_otel\nkaos_otel.configure()", "traces, metrics, logs"),  # the distro's call
+    ],
+    ids=["host-tracer-provider", "configured-first"],
+)
+def test_an_endpoint_given_in_code_that_cannot_reach_the_host_providers_is_said(
+    setup: str, adopted: str, otlp_receiver: OtlpReceiver
+) -> None:
+    script = [
+        "import logging, sys",
+        'logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")',
+        "from opentelemetry import trace",
+        setup,
+        "from kaos_otel import KaosOtelManager",
+        f'otel = KaosOtelManager("host-app", endpoint="{otlp_receiver.grpc_endpoint}")',
+        'print("RESULT", otel.shutdown(2))',
+    ]
+    result = run_python("\n".join(script), clean_env())
+    assert result.returncode == 0, result.stderr
+    notices = [line for line in result.stdout.splitlines() if "export as they were set up" in line]
+    assert len(notices) == 1, result.stdout
+    assert f"providers of {adopted} were set up" in notices[0] and ": endpoint given" in notices[0]
+
+
 def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
     result = run_python(
         """
