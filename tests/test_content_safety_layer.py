@@ -18,9 +18,19 @@ from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Link, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+    set_span_in_context,
+)
 
 from kaos_otel import AgentTelemetry, ContentPolicy, KaosOtelManager, catalog, sanitized_exporter
 from kaos_otel._logs import KaosLoggingHandler
@@ -38,6 +48,11 @@ CREDENTIAL = "hunter2plaincredential"
 def _emit_everywhere(tracer_provider: trace.TracerProvider, logger: logging.Logger) -> None:
     tracer = tracer_provider.get_tracer("safety")
     with tracer.start_as_current_span("linked") as linked:
+        pass
+    caller = SpanContext(  # an incoming traceparent and tracestate: the tracestate is the caller's text
+        0x1F, 0x2F, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("vendor", SECRET)])
+    )
+    with tracer.start_as_current_span("called", context=set_span_in_context(NonRecordingSpan(caller))):
         pass
     with tracer.start_as_current_span(
         f"name {SECRET}",
@@ -89,7 +104,7 @@ def test_the_manager_masks_every_exported_string(make_otel: MakeOtel, otlp_recei
     finally:
         logger.handlers.clear()
         logger.propagate = True
-    _assert_masked(otlp_receiver, spans=2, logs=1)
+    _assert_masked(otlp_receiver, spans=3, logs=1)
     labels = {p.attributes.get(catalog.GEN_AI_TOOL_NAME) for p in otlp_receiver.metric_points()}
     assert labels >= {catalog.OVERFLOW_VALUE}
     assert not any(SECRET in str(label) for label in labels)
@@ -99,7 +114,9 @@ def test_a_host_with_its_own_providers_adds_the_layer_with_one_call_per_exporter
     otlp_receiver: OtlpReceiver,
 ) -> None:
     endpoint = otlp_receiver.grpc_endpoint
-    tracer_provider = TracerProvider(shutdown_on_exit=False)
+    tracer_provider = TracerProvider(
+        resource=Resource.create({"db.url": f"postgres://app:{CREDENTIAL}@db/app"}), shutdown_on_exit=False
+    )
     tracer_provider.add_span_processor(
         BatchSpanProcessor(sanitized_exporter(OTLPSpanExporter(endpoint=endpoint, insecure=True)))
     )
@@ -117,7 +134,7 @@ def test_a_host_with_its_own_providers_adds_the_layer_with_one_call_per_exporter
             pass
         assert tracer_provider.force_flush(10_000)
         assert logger_provider.force_flush(10_000)
-        _assert_masked(otlp_receiver, spans=3, logs=1)
+        _assert_masked(otlp_receiver, spans=4, logs=1)
     finally:
         logger.handlers.clear()
         logger.propagate = True

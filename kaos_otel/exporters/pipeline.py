@@ -19,7 +19,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.trace import Link, Status
+from opentelemetry.trace import Link, SpanContext, Status, TraceState
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel._content import ContentPolicy
@@ -210,10 +210,11 @@ class SanitizingSpanExporter(SpanExporter):
         for link in span.links:
             link_attributes = policy.clean_attributes(link.attributes)
             size += 48 + _attributes_size(link_attributes)
-            links.append(Link(link.context, link_attributes))
+            links.append(Link(self._clean_context(link.context), link_attributes))
+        context = span.context
         cleaned = ReadableSpan(
             name=name,
-            context=span.context,
+            context=self._clean_context(context) if context is not None else None,
             parent=span.parent,
             resource=self._hashed_once(span.resource),
             attributes=attributes,
@@ -233,9 +234,25 @@ class SanitizingSpanExporter(SpanExporter):
         last = self._resource
         if last is not None and last[0] is resource:
             return last[1]
-        hashed = resource if isinstance(resource, HashedOnceResource) else HashedOnceResource(resource)
+        if isinstance(resource, HashedOnceResource):  # the manager's: redacted when it was built
+            hashed = resource
+        else:  # a host provider's
+            redacted = self._policy.redact_resource(resource.attributes)
+            hashed = HashedOnceResource(Resource(redacted, resource.schema_url))
         self._resource = (resource, hashed)
         return hashed
+
+    def _clean_context(self, context: SpanContext) -> SpanContext:
+        """``context`` with its ``tracestate`` values cleaned: they came from the caller."""
+        trace_state = context.trace_state
+        if not trace_state:
+            return context
+        cleaned = [(key, self._policy.clean_text(value)) for key, value in trace_state.items()]
+        if all(value == trace_state[key] for key, value in cleaned):
+            return context
+        return SpanContext(
+            context.trace_id, context.span_id, context.is_remote, context.trace_flags, TraceState(cleaned)
+        )
 
     def shutdown(self) -> None:
         """Shut the wrapped exporter down."""
