@@ -158,7 +158,7 @@ class SpanHandle:
         """End the span as failed by ``exc``: exception event, ERROR status and ``error.type``."""
         if not self._claim_end():
             return
-        canceled = isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt)
+        canceled = isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt | SystemExit)
         if self._outcome in _OVERRIDDEN_BY_EXCEPTION:
             # An exception ending the operation outranks success or an earlier degradation.
             self._outcome = Outcome.CANCELED if canceled else Outcome.ERROR

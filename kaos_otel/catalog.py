@@ -732,7 +732,7 @@ _OUTCOME_MEANINGS = {
     Outcome.SUCCESS: "finished and did what was asked",
     Outcome.ERROR: "ended by an exception, or an error the agent caught and reported with `set_outcome`",
     Outcome.MAX_STEPS: "the run used its step budget without an answer",
-    Outcome.CANCELED: "canceled (`asyncio.CancelledError`, client gone)",
+    Outcome.CANCELED: "canceled (`asyncio.CancelledError`, client gone, the process stopping)",
     Outcome.DEGRADED: "finished without a dependency, e.g. memory backend down and the agent went on",
 }
 _BOUNDED_NAME_KEYS = (

@@ -259,6 +259,24 @@ async def test_cancellation_is_canceled(harness: Harness) -> None:
         assert span.attributes[catalog.ERROR_TYPE] == "CancelledError"
 
 
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt(), SystemExit(0)], ids=["ctrl-c", "sigterm-exit"])
+def test_the_process_stopping_mid_request_is_canceled(harness: Harness, interruption: BaseException) -> None:
+    """Ctrl-C, or SIGTERM turned into SystemExit as the guide shows: the interrupted request did
+    not fail, and must not feed the error-rate alerts at every deploy."""
+    otel = harness.otel
+    with (
+        pytest.raises(type(interruption)),
+        otel.invoke_agent(AGENT) as run,
+        otel.agent_step(run),
+        otel.model_call(AGENT, MODEL),
+    ):
+        raise interruption
+    got = harness.collect(expected_spans=3)
+    assert got.outcomes(catalog.KAOS_REQUESTS) == {"canceled": 1}
+    for span in (got.span(f"chat {MODEL}"), got.span(f"invoke_agent {AGENT}")):
+        assert_span_outcome(span, Outcome.CANCELED, type(interruption).__qualname__)
+
+
 def search_long_term(backend_up: bool) -> list[str]:
     if not backend_up:
         raise BackendDown("connection refused: qdrant:6333")
