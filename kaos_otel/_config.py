@@ -210,9 +210,15 @@ class TelemetrySettings:
         exporters = {signal: names for signal, (names, _) in chosen.items()}
         for signal in SIGNALS:
             named = chosen[signal][1] if signal in chosen else None  # otlp_proto_http...
-            signal_protocol = _protocol(
-                protocol or named or env.get(SIGNAL_PROTOCOLS[signal]) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL)
-            )
+            from_variables = env.get(SIGNAL_PROTOCOLS[signal]) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL)
+            if named and not protocol and from_variables and _protocol(from_variables) is not named:
+                log_once(  # as the SDK's configurator says it
+                    f"conflicting-protocol-{signal}",
+                    "kaos-otel: conflicting values for %s OTLP exporter protocol, using %r",
+                    signal, env.get(SIGNAL_EXPORTERS[signal]),
+                    level=logging.WARNING,
+                )  # fmt: skip
+            signal_protocol = _protocol(protocol or named or from_variables)
             where = _signal_endpoint(env, signal, endpoint, signal_protocol)
             if where and (signal not in exporters or "otlp" in exporters[signal]):
                 endpoints[signal] = where

@@ -629,6 +629,22 @@ def test_exporter_variable_chooses_otlp_and_its_protocol(
     assert "metrics" in settings.endpoints  # other signals as they were
 
 
+def test_an_exporter_name_and_a_protocol_variable_that_disagree_are_said(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, unsaid_notices: None
+) -> None:
+    """As the SDK's configurator: the exporter's name wins, and the conflict is reported."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp_proto_grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    settings = TelemetrySettings.from_env()
+    assert settings.protocols["traces"] is OtlpProtocol.GRPC
+    assert settings.protocols["metrics"] is OtlpProtocol.HTTP_PROTOBUF
+    said = [r.getMessage() for r in caplog.records if "conflicting values" in r.getMessage()]
+    assert said == [
+        "kaos-otel: conflicting values for traces OTLP exporter protocol, using 'otlp_proto_grpc'"
+    ]
+
+
 def test_a_blank_endpoint_argument_counts_as_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
     """``endpoint=os.environ.get("COLLECTOR", "")``: the exporters read the variables themselves."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
