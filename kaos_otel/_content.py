@@ -84,6 +84,8 @@ class ContentPolicy:
     _secret_named: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
     """Recent attribute keys and whether :attr:`secret_keys` names them a secret (a few keys
     repeat on every span)."""
+    _cleaned_keys: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Recent attribute keys and their cleaned form (a key holding a credential is masked)."""
 
     @property
     def capture_on_spans(self) -> bool:
@@ -186,7 +188,11 @@ class ContentPolicy:
             # a plain dict, read at C speed: iterating the SDK's locked mapping through its views
             # cost about 1.5 us per attribute on the export thread
             attributes = attributes.copy()
-        return {self._clean_key(key): self.clean_attribute(key, value) for key, value in attributes.items()}
+        keys = self._cleaned_keys
+        return {
+            keys.get(key) or self._clean_key(key): self.clean_attribute(key, value)
+            for key, value in attributes.items()
+        }
 
     def redact_resource(self, attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
         """Resource attributes with secrets masked, sizes kept: the SDK caps no resource value."""
@@ -201,8 +207,8 @@ class ContentPolicy:
 
     def _clean_key(self, key: str) -> str:
         """An attribute key with secrets masked (a cache keyed by a credential, say); keys repeat,
-        so each is scanned once while it stays in the cache."""
-        return self.clean_text(key, self.max_value_length) if len(key) <= CACHED_TEXT_LENGTH else key
+        so each is scanned once while it stays in :attr:`_cleaned_keys`."""
+        return remember(self._cleaned_keys, key, self.redactor(key))
 
     def exception_attributes(self, exc: BaseException) -> dict[str, AttributeValue]:
         """``exception.*`` attributes; the message only when content capture is on (otherwise the
