@@ -63,11 +63,15 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     ),
     # key=value / "key": "value" pairs whose key names a secret: a key ending in "token" (not
     # token counts, usage, ids or tokenizers such as ``max_tokens``, ``token_usage``,
-    # ``totalTokenCount``); a value is not a structure ({, [, () and a quoted one may hold \"
+    # ``totalTokenCount``). A quoted value is masked inside its quotes (JSON stays JSON) and may
+    # hold escapes (\"); an unquoted one is not a structure ({, [, () and may follow a label of
+    # its own ("credentials: password: ...", "passwords: wifi: ...")
     re.compile(
         r"(?i)(?:(?:password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|"
         r"private[_-]?key|access[_-]?key|account[_-]?key|credential)[\w.-]*|token)[\"']?\s*[:=]\s*"
-        r"(?!\[REDACTED\])(?P<value>\"(?:[^\"\\\r\n]|\\.)*\"|'[^'\r\n]*'|[^\s,;&}\])\"'{\[(=][^\s,;&}\])\"']*)"
+        r"(?P<quote>[\"'])?(?!\[REDACTED\])(?(quote)|(?:[\w.-]+\s*[:=]\s+)?)"
+        r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)*|[^\s,;&}\])\"'{\[(=][^\s,;&}\])\"']*))"
+        r"(?(quote)(?:(?P=quote)|$))"
     ),
 )
 

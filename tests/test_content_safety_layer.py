@@ -210,3 +210,20 @@ def test_a_json_password_holding_an_escaped_quote_is_masked_whole() -> None:
     text = json.dumps({"username": "bob", "password": 'ab"cd-SuperSecret99'})
     cleaned = ContentPolicy().clean_text(text)
     assert "SuperSecret99" not in cleaned and '"username": "bob"' in cleaned
+
+
+def test_a_masked_json_value_keeps_its_quotes() -> None:
+    """Memory records and messages exported as JSON stay JSON once their secrets are masked."""
+    metadata = {"api_key": SECRET, "password": CREDENTIAL, "token": "abc", "note": "kept"}
+    cleaned = ContentPolicy().clean_text(json.dumps([{"memory": "m", "metadata": metadata}]))
+    assert json.loads(cleaned) == [
+        {
+            "memory": "m",
+            "metadata": {"api_key": REDACTED, "password": REDACTED, "token": REDACTED, "note": "kept"},
+        }
+    ]
+
+
+@pytest.mark.parametrize("text", ["Bob's credentials: password: hunter3xyz", "passwords: wifi: hunter3xyz"])
+def test_a_secret_after_a_label_of_its_own_is_masked(text: str) -> None:
+    assert "hunter3xyz" not in ContentPolicy().clean_text(text)
