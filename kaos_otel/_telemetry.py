@@ -27,6 +27,9 @@ from kaos_otel.exporters.health import TelemetryHealth
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_MEMORY_SCOPES = frozenset(MemoryScope)
+"""Every scope, as members and as their values (``MemoryScope`` is a ``StrEnum``)."""
+
 
 class AgentRun(SpanHandle):
     """An ``invoke_agent`` span; counts the loop steps it contains."""
@@ -519,18 +522,32 @@ class AgentTelemetry:
 
     def memory_operation(
         self,
-        tier: MemoryTier,
+        tier: MemoryTier | str,
         operation: str,
         *,
-        scope: MemoryScope | None = None,
+        scope: MemoryScope | str | None = None,
         store_id: str | None = None,
         record_id: str | None = None,
         provider: str | None = None,
         attributes: Mapping[str, object] | None = None,
     ) -> MemoryOperation:
-        """A memory operation of any tier (``gen_ai.memory.client`` span named after the operation)."""
+        """A memory operation of any tier (``gen_ai.memory.client`` span named after the operation).
+
+        A value of the wrong kind (a tier naming no tier, an operation that is not text, attributes
+        that are not a mapping) is logged and replaced, never raised."""
         if not self._enabled:
             return NOOP_MEMORY_OPERATION
+        tier = enum_member(MemoryTier, tier, MemoryTier.SHORT_TERM, "memory_operation tier")
+        if scope is not None and not (isinstance(scope, str) and scope in _MEMORY_SCOPES):  # no scope named
+            internal_error("memory_operation", ValueError(f"not a memory scope: {scope!r}"))
+            scope = None
+        scope = None if scope is None else MemoryScope(scope)
+        if not isinstance(operation, str) or not operation:
+            internal_error("memory_operation", TypeError(f"not an operation name: {operation!r}"))
+            operation = catalog.MEMORY_OPERATION_OTHER
+        if attributes is not None and not isinstance(attributes, Mapping):
+            internal_error("memory_operation", TypeError(f"attributes are not a mapping: {attributes!r}"))
+            attributes = None
 
         def on_end(handle: SpanHandle, duration_s: float) -> None:
             self._metrics.record_memory_operation(
@@ -577,6 +594,7 @@ class AgentTelemetry:
                 record(*args)
             except Exception as exc:
                 internal_error(where, exc)
+
 
 def _token_count(value: object) -> int | None:
     """``value`` if it can be a token count on a span and a metric point, else ``None`` (logged)."""

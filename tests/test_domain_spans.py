@@ -178,8 +178,14 @@ def test_helpers_given_strings_or_bad_values_record_what_they_can_and_never_rais
     otel.record_window_tokens("coder", None)  # type: ignore[arg-type]
     otel.record_compaction("coder", "degraded")
     otel.record_extraction_lag("coder", None)  # type: ignore[arg-type]
+    with otel.memory_operation("short_term", "search_memory", scope="session"):
+        pass
+    with otel.memory_operation(  # logged, not raised; the span still exports, with its batch
+        "no_tier", None, scope="nowhere", attributes=[("k", "v")]  # type: ignore[arg-type]
+    ):
+        pass
 
-    spans = collect(otel, otlp_receiver, 4)
+    spans = collect(otel, otlp_receiver, 6)
     delegated, nobody = sorted(named(spans, "invoke_agent coder"), key=lambda s: s.start_time_unix_nano)
     assert delegated.attributes[catalog.KAOS_REQUEST_ORIGIN] == "delegated"
     assert delegated.attributes[catalog.KAOS_OUTCOME] == "max_steps"
@@ -189,6 +195,12 @@ def test_helpers_given_strings_or_bad_values_record_what_they_can_and_never_rais
     assert chat.attributes[catalog.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
     assert catalog.GEN_AI_USAGE_INPUT_TOKENS not in chat.attributes
     assert catalog.GEN_AI_USAGE_OUTPUT_TOKENS not in chat.attributes
+    (search,) = named(spans, "search_memory")
+    assert search.attributes[catalog.KAOS_MEMORY_TIER] == "short_term"
+    assert search.attributes[catalog.KAOS_MEMORY_SCOPE] == "session"
+    (other,) = named(spans, catalog.MEMORY_OPERATION_OTHER)
+    assert other.attributes[catalog.KAOS_MEMORY_TIER] == "short_term"
+    assert catalog.KAOS_MEMORY_SCOPE not in other.attributes
     assert otlp_receiver.wait_for(
         lambda r: any(p.name == catalog.KAOS_MEMORY_COMPACTIONS for p in r.metric_points()), 10
     )

@@ -197,7 +197,7 @@ class SanitizingSpanExporter(SpanExporter):
         status = span.status
         if status.description:
             status = Status(status.status_code, policy.clean_text(status.description))
-        name = policy.clean_text(span.name)
+        name = policy.clean_text(span.name if isinstance(span.name, str) else str(span.name))
         attributes = policy.clean_attributes(span.attributes)
         size = _SPAN_OVERHEAD_BYTES + len(name) + _attributes_size(attributes)
         events: list[Event] = []
