@@ -101,6 +101,9 @@ def run_with_deadline(actions: Sequence[Callable[[], object]], timeout_s: float,
 
 
 _SHUT_DOWN_PROVIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
+_EXPORT_SETTINGS: weakref.WeakKeyDictionary[Any, tuple[object, ...]] = weakref.WeakKeyDictionary()
+"""The export settings each provider a pipeline built exports with (see ``_export_settings``): a
+manager that finds them already installed says so only when its own would differ."""
 """Providers a pipeline shut down. The global ones stay installed (OpenTelemetry's API cannot
 replace them), so a later manager must not adopt them: it would export nothing."""
 
@@ -161,6 +164,9 @@ class ExportPipeline:
         self.meter_provider = self._meter_provider(resource, global_providers)
         self.logger_provider = self._logger_provider(resource, policy, global_providers)
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
+        for signal, provider in self._providers_by_signal().items():
+            if self._built(provider):
+                _EXPORT_SETTINGS[provider] = self._export_settings(signal)
         self._warn_resource_not_applied(resource)
         self._warn_export_not_applied()
         self._warn_unexported()
@@ -196,9 +202,33 @@ class ExportPipeline:
                 level=logging.WARNING,
             )
 
+    def _providers_by_signal(self) -> dict[str, Any]:
+        """The provider each signal goes to (built here or found installed)."""
+        return {"traces": self.tracer_provider, "metrics": self.meter_provider, "logs": self.logger_provider}
+
+    def _built(self, provider: Any) -> bool:
+        """Whether this pipeline built ``provider`` (rather than finding the host's)."""
+        if isinstance(provider, CatalogMeterProvider):
+            return provider.provider in self._owned
+        return provider in self._owned
+
+    def _export_settings(self, signal: str) -> tuple[object, ...]:
+        """Where and how ``signal`` is exported by providers built with this pipeline's settings."""
+        settings = self.settings
+        return (
+            settings.endpoints.get(signal),
+            settings.protocols.get(signal),
+            settings.headers,
+            settings.export_timeout_s,
+            settings.metric_export_interval_ms,
+            settings.span_schedule_delay_ms,
+            settings.span_max_queue_size,
+        )
+
     def _warn_export_not_applied(self) -> None:
-        """Say once when export settings passed in code cannot reach the host's providers, which
-        export as they were set up (an endpoint given here would otherwise go unused in silence)."""
+        """Say once when export settings passed in code cannot reach the providers found installed
+        (``opentelemetry-instrument``'s, the app's, another manager's with other settings), which
+        export as they were set up: an endpoint given here would otherwise go unused in silence."""
         settings = self.settings
         overrides = (
             ("endpoint", settings.endpoint),
@@ -209,13 +239,11 @@ class ExportPipeline:
             ("span_max_queue_size", settings.span_max_queue_size),
         )
         given = [name for name, value in overrides if value is not None]
-        meter = self.meter_provider
-        built = {
-            "traces": self.tracer_provider in self._owned,
-            "metrics": isinstance(meter, CatalogMeterProvider) and meter.provider in self._owned,
-            "logs": self.logger_provider in self._owned,
-        }
-        adopted = [signal for signal, own in built.items() if not own]
+        adopted = [
+            signal
+            for signal, provider in self._providers_by_signal().items()
+            if not self._built(provider) and _EXPORT_SETTINGS.get(provider) != self._export_settings(signal)
+        ]
         if given and adopted:
             log_once(
                 "export-not-applied",
