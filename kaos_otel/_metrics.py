@@ -66,6 +66,10 @@ def metric_views(*, drop_unlisted: bool = True) -> list[View]:
     return views
 
 
+SDK_METER_NAME = "opentelemetry-sdk"
+"""The meter the OpenTelemetry SDK records metrics about itself on (live spans, queued items)."""
+
+
 class CatalogMeterProvider(MeterProvider):
     """The meter provider a manager hands out: kaos-otel's meters, and no one else's.
 
@@ -91,6 +95,8 @@ class CatalogMeterProvider(MeterProvider):
             return self.provider.get_meter(
                 name, version=version, schema_url=schema_url, attributes=attributes
             )
+        if name == SDK_METER_NAME:  # the SDK's metrics about itself: not the app's to miss
+            return NoOpMeter(name, version=version, schema_url=schema_url)
         log_once(
             "foreign-meter",
             "kaos-otel: meter %r records nothing: the manager's meter provider exports kaos-otel's "
