@@ -24,17 +24,18 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"-----BEGIN[A-Z ]*PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END[A-Z ]*PRIVATE KEY(?: BLOCK)?-----|.*\Z)",
         re.DOTALL,
     ),
-    # OpenAI (sk-, sk-proj-, sk-svcacct-), Anthropic (sk-ant-), and rk-/pk- keys of the same shape
-    re.compile(_START + r"(?:sk|rk|pk)-[A-Za-z0-9_-]{20,}"),
-    # Stripe secret and restricted keys, webhook secrets
-    re.compile(_START + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}|" + _START + r"whsec_[A-Za-z0-9]{16,}"),
-    re.compile(_START + r"AIza[0-9A-Za-z_-]{30,}"),  # Google API keys
-    re.compile(_START + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),  # GitHub
-    re.compile(_START + r"xox[abposr]-[A-Za-z0-9-]{10,}|" + _START + r"xapp-[A-Za-z0-9-]{10,}"),  # Slack
-    # Hugging Face, GitLab, Groq, xAI, npm tokens; Google OAuth access tokens
+    # Provider keys and tokens by their prefix, one scan for all: OpenAI (sk-, sk-proj-,
+    # sk-svcacct-), Anthropic (sk-ant-) and rk-/pk- keys of the same shape; Stripe secret and
+    # restricted keys, webhook secrets; Google API keys; GitHub; Slack; Hugging Face, GitLab, Groq,
+    # xAI and npm tokens; Google OAuth access tokens
     re.compile(
-        _START + r"(?:hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}|gsk_[A-Za-z0-9]{40,}|"
-        r"xai-[A-Za-z0-9]{40,}|npm_[A-Za-z0-9]{36,}|ya29\.[A-Za-z0-9_-]{20,})"
+        _START + r"(?:(?:sk|rk|pk)-[A-Za-z0-9_-]{20,}"
+        r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{16,}"
+        r"|AIza[0-9A-Za-z_-]{30,}"
+        r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
+        r"|xox[abposr]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
+        r"|hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}|gsk_[A-Za-z0-9]{40,}"
+        r"|xai-[A-Za-z0-9]{40,}|npm_[A-Za-z0-9]{36,}|ya29\.[A-Za-z0-9_-]{20,})"
     ),
     # AWS access key ids, with a secret access key that follows within a few separators
     re.compile(
