@@ -45,8 +45,9 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # bare JWTs (header.payload[.signature], both base64url JSON objects)
     re.compile(_START + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)?"),
     # user:password@ in URLs (the whole user info is masked): the password runs to the last @
-    # and may hold / + @ (a port followed by a path is not a password)
-    re.compile(r"://(?P<value>[^/\s:@?#]*:(?![0-9]+(?:[/?#\s]|$))[^\s?#\"'<>\\]*)(?=@)"),
+    # within 256 characters (a bound: the scan stays linear) and may hold / + @ ' (a port followed
+    # by a path is not a password)
+    re.compile(r"://(?P<value>[^/\s:@?#]*:(?![0-9]+(?:[/?#\s]|$))[^\s?#\"\\]{0,256})(?=@)"),
     # Authorization / Cookie / Set-Cookie header values: the rest of the header line
     re.compile(
         r"(?i)(?:\b(?:proxy-)?(?:authorization|set-cookie|cookie|x-api-key)[\"']?\s*[:=]\s*[\"']?)"
@@ -62,25 +63,31 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"(?i)(?:\bbasic\s+)"
         r"(?P<value>(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2}|[A-Za-z0-9+/]{24,}={0,2})"
     ),
-    # key=value / "key": "value" pairs whose key names a secret: a key ending in "token" (not
-    # token counts, usage, ids or tokenizers such as ``max_tokens``, ``token_usage``,
-    # ``totalTokenCount``). A quoted value is masked inside its quotes (JSON stays JSON) and may
-    # hold escapes (\"); an unquoted one is not a structure ({, [, () and may follow a label of
-    # its own ("credentials: password: ...", "passwords: wifi: ...")
+    # key=value / "key": "value" pairs whose key names a secret: a key ending in "token" or in
+    # "token" and a value suffix (not token counts, usage, ids or tokenizers such as
+    # ``max_tokens``, ``token_usage``, ``totalTokenCount``). A quoted value is masked inside its
+    # quotes (JSON stays JSON), may hold escapes (\") and ends at a quote a delimiter follows (in a
+    # JSON-decoded view a value ending in a backslash must not run on); an unquoted one is not a
+    # structure ({, [, () and is masked with a label it may start with ("credentials: password:
+    # ...", "passwords: wifi: ...")
     re.compile(
         r"(?i)(?:(?:password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|"
-        r"private[_-]?key|access[_-]?key|account[_-]?key|credential)[\w.-]*|token)[\"']?\s*[:=]\s*"
-        r"(?P<quote>[\"'])?(?!\[REDACTED\])(?(quote)|(?:[\w.-]+\s*[:=]\s+)?)"
-        r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)*|[^\s,;&}\])\"'{\[(=][^\s,;&}\])\"']*))"
-        r"(?(quote)(?:(?P=quote)|$))"
+        r"private[_-]?key|access[_-]?key|account[_-]?key|credential)[\w.-]*"
+        r"|token(?:[_.-]?(?:value|v\d+|str|string|secret))?)[\"']?\s*[:=]\s*"
+        r"(?P<quote>[\"'])?(?!\[REDACTED\])"
+        r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)*"
+        r"|(?:[\w.-]+\s*[:=]\s+)?[^\s,;&}\])\"'{\[(=][^\s,;&}\])\"']*))"
+        r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])]|$)|$))"
     ),
 )
 
 SECRET_KEY_NAME = re.compile(
-    r"(?i)(password|passwd|passphrase|secret|token(?!s|_?count)|api[_-]?key|apikey|private[_-]?key|"
-    r"access[_-]?key|account[_-]?key|authorization|credential|cookie)"
+    r"(?i)(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|"
+    r"access[_-]?key|account[_-]?key|authorization|credentials?|cookie)$"
 )
-"""Attribute keys and header names whose whole value is a secret."""
+"""Attribute keys and header names whose whole value is a secret: the key ends in such a name
+(``db.password``, ``auth_token``, ``accessKey``; not ``gen_ai.token.type``, ``max_tokens``,
+``password_min_length``)."""
 
 # A necessary condition for any pattern above to match, searched in the case-folded text:
 # without IGNORECASE the regex engine scans several times faster (this runs on every exported

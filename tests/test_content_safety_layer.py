@@ -152,16 +152,22 @@ def test_disabled_and_enabled_managers_share_one_policy_type(make_otel: MakeOtel
 @pytest.mark.parametrize(
     "key",
     ["password", "db.passwd", "secret", "auth_token", "api_key", "private_key", "ssh.private-key",
-     "aws.access_key", "accessKey", "credentials", "authorization", "cookie"],
+     "aws.access_key", "accessKey", "credentials", "authorization", "cookie", "passphrase",
+     "azure.account_key", "client_secret"],
 )  # fmt: skip
 def test_a_whole_attribute_whose_key_names_a_secret_is_masked(key: str) -> None:
     """Every key name the README lists masks the whole value, whatever its shape."""
     assert ContentPolicy().clean_attribute(key, "plain-value-42") == REDACTED
 
 
-@pytest.mark.parametrize("key", ["gen_ai.usage.input_tokens", "max_tokens", "primary_key", "keyboard"])
+@pytest.mark.parametrize(
+    "key",
+    ["gen_ai.usage.input_tokens", "max_tokens", "primary_key", "keyboard", "gen_ai.token.type",
+     "tokenizer.vocab_size", "password_min_length", "credential.expires_in_s"],
+)  # fmt: skip
 def test_keys_that_only_look_like_secrets_keep_their_values(key: str) -> None:
     assert ContentPolicy().clean_attribute(key, "plain-value-42") == "plain-value-42"
+    assert ContentPolicy().clean_attribute(key, 50257) == 50257
 
 
 def test_structured_log_attributes_are_cleaned_item_by_item_and_capped() -> None:
@@ -224,6 +230,25 @@ def test_a_masked_json_value_keeps_its_quotes() -> None:
     ]
 
 
-@pytest.mark.parametrize("text", ["Bob's credentials: password: hunter3xyz", "passwords: wifi: hunter3xyz"])
-def test_a_secret_after_a_label_of_its_own_is_masked(text: str) -> None:
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Bob's credentials: password: hunter3xyz",
+        "passwords: wifi: hunter3xyz",
+        "login failed, password: hunter3xyz: invalid credentials",  # a colon after the secret
+        "DATABASE_URL=postgres://app:it's-hunter3xyz@db:5432/app",  # a quote in a URL password
+        "amqp://guest:pa<hunter3xyz>@rabbit/",
+        "refresh_token_value=hunter3xyz",  # a key with a suffix after "token"
+        "session_token_v2=hunter3xyz",
+    ],
+)
+def test_a_secret_near_a_label_a_colon_or_a_quote_is_masked(text: str) -> None:
     assert "hunter3xyz" not in ContentPolicy().clean_text(text)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [{"password": "abc\\", "user": "bob"}, {"secret_dir": "C:\\vault\\", "user": "bob"}],
+)
+def test_a_masked_json_value_ending_in_a_backslash_keeps_the_next_key(document: dict[str, str]) -> None:
+    assert json.loads(ContentPolicy().clean_text(json.dumps(document)))["user"] == "bob"
