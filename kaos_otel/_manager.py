@@ -90,7 +90,7 @@ class KaosOtelManager(AgentTelemetry):
             atexit.register(self.shutdown)
             from multiprocessing.util import register_after_fork
 
-            register_after_fork(self, _shut_down_when_the_child_exits)
+            register_after_fork(self, _flush_when_the_child_exits)
 
     @property
     def tracer_provider(self) -> trace.TracerProvider:
@@ -127,13 +127,18 @@ class KaosOtelManager(AgentTelemetry):
         return self.pipeline.shutdown(timeout)
 
 
-def _shut_down_when_the_child_exits(manager: KaosOtelManager) -> None:
+CHILD_EXIT_FLUSH_S = 2.0
+"""How long a forked ``multiprocessing`` child's exit waits for its spans and log records to leave."""
+
+
+def _flush_when_the_child_exits(manager: KaosOtelManager) -> None:
     """In a ``multiprocessing`` child forked from the manager's process (a ``Process``, a
-    ``ProcessPoolExecutor`` worker): the child leaves with ``os._exit``, past ``atexit``, so the
-    manager is shut down by multiprocessing's own exit finalizers instead."""
+    ``ProcessPoolExecutor`` worker): the child leaves with ``os._exit``, past ``atexit``, so what it
+    queued is flushed by multiprocessing's own exit finalizers instead, within
+    :data:`CHILD_EXIT_FLUSH_S` (a child that queued nothing leaves at once)."""
     from multiprocessing.util import Finalize
 
-    Finalize(None, manager.shutdown, exitpriority=0)
+    Finalize(None, manager.pipeline.flush_queues, args=(CHILD_EXIT_FLUSH_S,), exitpriority=0)
 
 
 _default_lock = threading.Lock()

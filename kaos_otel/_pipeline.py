@@ -403,6 +403,18 @@ class ExportPipeline:
         return sum(batch.queued for batch in self._batches if batch.signal == signal)
 
     # --- lifecycle ------------------------------------------------------------------------------
+    def flush_queues(self, timeout: float) -> None:
+        """Export what this pipeline's span and log queues hold, within ``timeout`` seconds in all.
+
+        For a forked child at its exit: metrics are left alone (the child holds its parent's totals
+        too, which the parent exports), and a child that queued nothing returns at once.
+        """
+        deadline = time.monotonic() + timeout
+        for batch in self._batches:
+            remaining = deadline - time.monotonic()
+            if batch.queued and remaining > 0:
+                batch.force_flush(int(remaining * 1000))
+
     def force_flush(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Export everything buffered, on the providers in use (the host's too); returns within
         ``timeout`` seconds even if the collector hangs."""

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kaos_otel import KaosOtelManager, sanitized_exporter
+from kaos_otel import KaosOtelManager, catalog, sanitized_exporter
 from kaos_otel._config import OtlpProtocol, TelemetrySettings
 from kaos_otel.exporters.batch import BatchQueue, BatchSettings
 from kaos_otel.exporters.health import TelemetryHealth
@@ -123,8 +123,9 @@ def test_a_process_forked_right_after_the_manager_exports_its_own_spans(
 def test_multiprocessing_children_forked_from_the_manager_export_their_spans(
     otlp_receiver: OtlpReceiver,
 ) -> None:
-    """A multiprocessing child leaves with os._exit, past atexit: its telemetry is flushed by
-    multiprocessing's exit finalizers (a Process and ProcessPoolExecutor workers, fork method)."""
+    """A multiprocessing child leaves with os._exit, past atexit: the spans it queued are flushed
+    by multiprocessing's exit finalizers (a Process and ProcessPoolExecutor workers, fork method).
+    Its metrics are not: it holds the parent's totals too, which would be counted again."""
     result = run_python(
         """
         import multiprocessing
@@ -132,6 +133,7 @@ def test_multiprocessing_children_forked_from_the_manager_export_their_spans(
         from kaos_otel import KaosOtelManager
 
         otel = KaosOtelManager("forked", bridge_logging=False)
+        otel.record_compaction("agent")  # the parent's, before any fork
 
         def work(i):
             with otel.span(f"work {i}"):
@@ -141,6 +143,9 @@ def test_multiprocessing_children_forked_from_the_manager_export_their_spans(
         child = fork.Process(target=work, args=(0,))
         child.start()
         child.join()
+        idle = fork.Process(target=print, args=("idle",))  # queues nothing: leaves at once
+        idle.start()
+        idle.join()
         with ProcessPoolExecutor(2, mp_context=fork) as pool:
             print("RESULTS", sorted(pool.map(work, [1, 2, 3])))
         print("PARENT", otel.shutdown(5))
@@ -151,6 +156,8 @@ def test_multiprocessing_children_forked_from_the_manager_export_their_spans(
     assert "RESULTS [1, 2, 3]" in result.stdout, result.stdout
     names = ["work 0", "work 1", "work 2", "work 3"]
     assert otlp_receiver.wait_for(lambda r: sorted(s.name for s in r.spans()) == names, 10)
+    points = otlp_receiver.metric_points()
+    assert [p.value for p in points if p.name == catalog.KAOS_MEMORY_COMPACTIONS] == [1]  # the parent's
 
 
 # --- a dead or hanging collector -----------------------------------------------------------------
