@@ -211,7 +211,8 @@ class TelemetrySettings:
         for signal in SIGNALS:
             named = chosen[signal][1] if signal in chosen else None  # otlp_proto_http...
             from_variables = env.get(SIGNAL_PROTOCOLS[signal]) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL)
-            if named and not protocol and from_variables and _protocol(from_variables) is not named:
+            known = from_variables and from_variables.strip() in set(OtlpProtocol)  # as the SDK checks
+            if named and not protocol and known and _protocol(from_variables) is not named:
                 log_once(  # as the SDK's configurator says it
                     f"conflicting-protocol-{signal}",
                     "kaos-otel: conflicting values for %s OTLP exporter protocol, using %r",

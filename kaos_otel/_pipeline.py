@@ -101,11 +101,11 @@ def run_with_deadline(actions: Sequence[Callable[[], object]], timeout_s: float,
 
 
 _SHUT_DOWN_PROVIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Providers a pipeline shut down. The global ones stay installed (OpenTelemetry's API cannot
+replace them), so a later manager must not adopt them: it would export nothing."""
 _EXPORT_SETTINGS: weakref.WeakKeyDictionary[Any, tuple[object, ...]] = weakref.WeakKeyDictionary()
 """The export settings each provider a pipeline built exports with (see ``_export_settings``): a
 manager that finds them already installed says so only when its own would differ."""
-"""Providers a pipeline shut down. The global ones stay installed (OpenTelemetry's API cannot
-replace them), so a later manager must not adopt them: it would export nothing."""
 
 
 def _shut_down(provider: object, kind: str) -> bool:

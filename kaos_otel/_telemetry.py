@@ -31,6 +31,12 @@ _MEMORY_SCOPES = frozenset(MemoryScope)
 """Every scope, as members and as their values (``MemoryScope`` is a ``StrEnum``)."""
 
 
+def _described(value: object) -> str:
+    """A wrong value, for a log line: text as it is (shortened), anything else by its type (its
+    ``repr`` may raise, or be huge)."""
+    return repr(value[:80]) if isinstance(value, str) else f"a {type(value).__qualname__}"
+
+
 class AgentRun(SpanHandle):
     """An ``invoke_agent`` span; counts the loop steps it contains."""
 
@@ -539,14 +545,14 @@ class AgentTelemetry:
             return NOOP_MEMORY_OPERATION
         tier = enum_member(MemoryTier, tier, MemoryTier.SHORT_TERM, "memory_operation tier")
         if scope is not None and not (isinstance(scope, str) and scope in _MEMORY_SCOPES):  # no scope named
-            internal_error("memory_operation", ValueError(f"not a memory scope: {scope!r}"))
+            internal_error("memory_operation", ValueError(f"not a memory scope: {_described(scope)}"))
             scope = None
         scope = None if scope is None else MemoryScope(scope)
         if not isinstance(operation, str) or not operation:
-            internal_error("memory_operation", TypeError(f"not an operation name: {operation!r}"))
+            internal_error("memory_operation", TypeError(f"not an operation name: {_described(operation)}"))
             operation = catalog.MEMORY_OPERATION_OTHER
         if attributes is not None and not isinstance(attributes, Mapping):
-            internal_error("memory_operation", TypeError(f"attributes are not a mapping: {attributes!r}"))
+            internal_error("memory_operation", TypeError(f"not attributes: {_described(attributes)}"))
             attributes = None
 
         def on_end(handle: SpanHandle, duration_s: float) -> None:

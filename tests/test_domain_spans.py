@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -180,12 +181,19 @@ def test_helpers_given_strings_or_bad_values_record_what_they_can_and_never_rais
     otel.record_extraction_lag("coder", None)  # type: ignore[arg-type]
     with otel.memory_operation("short_term", "search_memory", scope="session"):
         pass
-    with otel.memory_operation(  # logged, not raised; the span still exports, with its batch
-        "no_tier", None, scope="nowhere", attributes=[("k", "v")]  # type: ignore[arg-type]
-    ):
+    wrong: dict[str, Any] = {"operation": None, "scope": "nowhere", "attributes": [("k", "v")]}
+    with otel.memory_operation("no_tier", **wrong):  # logged, not raised; the span still exports
         pass
 
-    spans = collect(otel, otlp_receiver, 6)
+    class Unprintable:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    no_repr: dict[str, Any] = {"operation": Unprintable(), "scope": Unprintable()}
+    with otel.memory_operation(MemoryTier.LONG_TERM, **no_repr):
+        pass
+
+    spans = collect(otel, otlp_receiver, 7)
     delegated, nobody = sorted(named(spans, "invoke_agent coder"), key=lambda s: s.start_time_unix_nano)
     assert delegated.attributes[catalog.KAOS_REQUEST_ORIGIN] == "delegated"
     assert delegated.attributes[catalog.KAOS_OUTCOME] == "max_steps"
@@ -198,9 +206,11 @@ def test_helpers_given_strings_or_bad_values_record_what_they_can_and_never_rais
     (search,) = named(spans, "search_memory")
     assert search.attributes[catalog.KAOS_MEMORY_TIER] == "short_term"
     assert search.attributes[catalog.KAOS_MEMORY_SCOPE] == "session"
-    (other,) = named(spans, catalog.MEMORY_OPERATION_OTHER)
+    others = named(spans, catalog.MEMORY_OPERATION_OTHER)
+    other, unprintable = sorted(others, key=lambda span: span.start_time_unix_nano)
     assert other.attributes[catalog.KAOS_MEMORY_TIER] == "short_term"
     assert catalog.KAOS_MEMORY_SCOPE not in other.attributes
+    assert unprintable.attributes[catalog.KAOS_MEMORY_TIER] == "long_term"
     assert otlp_receiver.wait_for(
         lambda r: any(p.name == catalog.KAOS_MEMORY_COMPACTIONS for p in r.metric_points()), 10
     )

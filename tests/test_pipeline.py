@@ -652,6 +652,17 @@ def test_an_exporter_name_and_a_protocol_variable_that_disagree_are_said(
     ]
 
 
+def test_an_unknown_protocol_next_to_an_exporter_name_is_no_conflict(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, unsaid_notices: None
+) -> None:
+    """As the SDK's configurator: only a protocol it knows can conflict with the exporter's name."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp_proto_http")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    assert TelemetrySettings.from_env().protocols["traces"] is OtlpProtocol.HTTP_PROTOBUF
+    assert not any("conflicting values" in r.getMessage() for r in caplog.records)
+
+
 def test_a_blank_endpoint_argument_counts_as_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
     """``endpoint=os.environ.get("COLLECTOR", "")``: the exporters read the variables themselves."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
