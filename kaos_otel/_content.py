@@ -144,6 +144,8 @@ class ContentPolicy:
             return tuple(self.clean_text(str(item), self.max_value_length) for item in value)
         if isinstance(value, bytes):
             return self._clean_bytes(key, value)
+        if isinstance(value, Sequence | Mapping) and value and self._is_secret_named(key):
+            return REDACTED  # a PIN as digits, a credentials mapping
         if isinstance(value, Sequence) and all(isinstance(item, int | float) for item in value):
             return value  # numbers only
         return self._clean_structured(key, value, 0)  # type: ignore[return-value]
@@ -164,6 +166,8 @@ class ContentPolicy:
         if isinstance(value, str | int | float | bytes):
             return self.clean_attribute(key, value)
         if isinstance(value, Mapping | list | tuple):
+            if value and self._is_secret_named(key):  # an item holding credentials: masked whole
+                return REDACTED
             if depth >= _MAX_STRUCTURE_DEPTH or len(value) > _MAX_STRUCTURE_ITEMS:
                 return self.clean_text(json.dumps(value, default=_safe_str), self.max_value_length)
             if isinstance(value, Mapping):
@@ -197,13 +201,15 @@ class ContentPolicy:
     def redact_resource(self, attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
         """Resource attributes with secrets masked, sizes kept: the SDK caps no resource value."""
         return {
-            self.redactor(key): (
-                (REDACTED if self._is_secret_named(key) else self.redactor(value))
-                if isinstance(value, str) and value
-                else value
-            )
-            for key, value in attributes.items()
+            self.redactor(key): self._redact_resource_value(key, value) for key, value in attributes.items()
         }
+
+    def _redact_resource_value(self, key: str, value: AttributeValue) -> AttributeValue:
+        if isinstance(value, str):
+            return REDACTED if value and self._is_secret_named(key) else self.redactor(value)
+        if isinstance(value, Sequence) and value and isinstance(value[0], str):  # process.command_args
+            return tuple(self.redactor(str(item)) for item in value)
+        return value
 
     def _clean_key(self, key: str) -> str:
         """An attribute key with secrets masked (a cache keyed by a credential, say); keys repeat,

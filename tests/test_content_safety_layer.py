@@ -115,7 +115,13 @@ def test_a_host_with_its_own_providers_adds_the_layer_with_one_call_per_exporter
 ) -> None:
     endpoint = otlp_receiver.grpc_endpoint
     tracer_provider = TracerProvider(
-        resource=Resource.create({"db.url": f"postgres://app:{CREDENTIAL}@db/app"}), shutdown_on_exit=False
+        resource=Resource.create(
+            {
+                "db.url": f"postgres://app:{CREDENTIAL}@db/app",
+                "process.command_args": ("a", f"--key={SECRET}"),
+            }
+        ),
+        shutdown_on_exit=False,
     )
     tracer_provider.add_span_processor(
         BatchSpanProcessor(sanitized_exporter(OTLPSpanExporter(endpoint=endpoint, insecure=True)))
@@ -184,6 +190,10 @@ def test_structured_log_attributes_are_cleaned_item_by_item_and_capped() -> None
     assert policy.clean_attribute("tls.secret_set", True) is True
     assert policy.clean_attribute("raw", f"x {SECRET}".encode()) == f"x {REDACTED}"
     assert policy.clean_attribute("raw", b"\xff\x00 plain") == b"\xff\x00 plain"
+    # whatever the type under a secret-named key: masked whole
+    assert policy.clean_attribute("password", {"primary": "hunter2"}) == REDACTED
+    assert policy.clean_attribute("db.password", (1, 2, 3, 4)) == REDACTED
+    assert policy.clean_attribute("request", {"credentials": {"user": "u"}}) == {"credentials": REDACTED}
     huge = policy.clean_attribute("huge", {"k": "v" * 5_000_000})
     assert isinstance(huge, dict) and len(huge["k"]) == 64
     assert huge["k"].endswith("...[truncated 4999936 chars]")

@@ -119,6 +119,27 @@ class HashedOnceResource(Resource):
         return self._hash
 
 
+class CleanedResource:
+    """A resource as exported: secrets masked, hashed once. The records of a provider share one
+    resource, so the last one seen is remembered."""
+
+    def __init__(self, policy: ContentPolicy) -> None:
+        self._policy = policy
+        self._last: tuple[Resource, Resource] | None = None
+
+    def __call__(self, resource: Resource) -> Resource:
+        last = self._last
+        if last is not None and last[0] is resource:
+            return last[1]
+        if isinstance(resource, HashedOnceResource):  # the manager's: redacted when it was built
+            cleaned = resource
+        else:  # a host provider's
+            redacted = self._policy.redact_resource(resource.attributes)
+            cleaned = HashedOnceResource(Resource(redacted, resource.schema_url))
+        self._last = (resource, cleaned)
+        return cleaned
+
+
 class _RequestFailed(Exception):
     """An export request failed: the rest of the batch is not sent."""
 
@@ -148,7 +169,7 @@ class SanitizingSpanExporter(SpanExporter):
         self._max_request_spans = max(1, max_request_spans)
         self._first_request_spans = max(1, min(first_request_spans, self._max_request_spans))
         self._in_flight = _InFlight()
-        self._resource: tuple[Resource, Resource] | None = None
+        self._cleaned_resource = CleanedResource(policy)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Export cleaned copies; a failure is counted, never raised.
@@ -216,7 +237,7 @@ class SanitizingSpanExporter(SpanExporter):
             name=name,
             context=self._clean_context(context) if context is not None else None,
             parent=span.parent,
-            resource=self._hashed_once(span.resource),
+            resource=self._cleaned_resource(span.resource),
             attributes=attributes,
             events=events or (),  # the shared empty tuple: an empty list would live as long as the copy
             links=links or (),
@@ -227,20 +248,6 @@ class SanitizingSpanExporter(SpanExporter):
             instrumentation_scope=span.instrumentation_scope,
         )
         return cleaned, size
-
-    def _hashed_once(self, resource: Resource) -> Resource:
-        """``resource`` as a :class:`HashedOnceResource` (the spans of a provider share one
-        resource, so the last one converted is remembered)."""
-        last = self._resource
-        if last is not None and last[0] is resource:
-            return last[1]
-        if isinstance(resource, HashedOnceResource):  # the manager's: redacted when it was built
-            hashed = resource
-        else:  # a host provider's
-            redacted = self._policy.redact_resource(resource.attributes)
-            hashed = HashedOnceResource(Resource(redacted, resource.schema_url))
-        self._resource = (resource, hashed)
-        return hashed
 
     def _clean_context(self, context: SpanContext) -> SpanContext:
         """``context`` with its ``tracestate`` values cleaned: they came from the caller."""
