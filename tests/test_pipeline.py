@@ -636,31 +636,31 @@ def test_exporter_variable_chooses_otlp_and_its_protocol(
     assert "metrics" in settings.endpoints  # other signals as they were
 
 
-def test_an_exporter_name_and_a_protocol_variable_that_disagree_are_said(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, unsaid_notices: None
+@pytest.mark.parametrize(
+    ("exporter", "variable", "traces", "said"),
+    [
+        ("otlp_proto_grpc", "http/protobuf", OtlpProtocol.GRPC, "using 'otlp_proto_grpc'"),
+        ("otlp_proto_http", "http/json", OtlpProtocol.HTTP_PROTOBUF, None),  # not a known protocol
+    ],
+)
+def test_an_exporter_name_and_a_known_protocol_variable_that_disagree_are_said(
+    exporter: str,
+    variable: str,
+    traces: OtlpProtocol,
+    said: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    unsaid_notices: None,
 ) -> None:
-    """As the SDK's configurator: the exporter's name wins, and the conflict is reported."""
+    """As the SDK's configurator: the exporter's name wins, and a conflict with a protocol the SDK
+    knows is reported."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp_proto_grpc")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    settings = TelemetrySettings.from_env()
-    assert settings.protocols["traces"] is OtlpProtocol.GRPC
-    assert settings.protocols["metrics"] is OtlpProtocol.HTTP_PROTOBUF
-    said = [r.getMessage() for r in caplog.records if "conflicting values" in r.getMessage()]
-    assert said == [
-        "kaos-otel: conflicting values for traces OTLP exporter protocol, using 'otlp_proto_grpc'"
-    ]
-
-
-def test_an_unknown_protocol_next_to_an_exporter_name_is_no_conflict(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, unsaid_notices: None
-) -> None:
-    """As the SDK's configurator: only a protocol it knows can conflict with the exporter's name."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp_proto_http")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-    assert TelemetrySettings.from_env().protocols["traces"] is OtlpProtocol.HTTP_PROTOBUF
-    assert not any("conflicting values" in r.getMessage() for r in caplog.records)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", exporter)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", variable)
+    assert TelemetrySettings.from_env().protocols["traces"] is traces
+    conflicts = [r.getMessage() for r in caplog.records if "conflicting values" in r.getMessage()]
+    expected = [f"kaos-otel: conflicting values for traces OTLP exporter protocol, {said}"] if said else []
+    assert conflicts == expected
 
 
 def test_a_blank_endpoint_argument_counts_as_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
