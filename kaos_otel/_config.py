@@ -211,7 +211,7 @@ class TelemetrySettings:
         for signal in SIGNALS:
             named = chosen[signal][1] if signal in chosen else None  # otlp_proto_http...
             from_variables = env.get(SIGNAL_PROTOCOLS[signal]) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL)
-            known = from_variables and from_variables.strip() in set(OtlpProtocol)  # as the SDK checks
+            known = from_variables and from_variables.strip() in _PROTOCOL_NAMES  # as the SDK checks
             if named and not protocol and known and _protocol(from_variables) is not named:
                 log_once(  # as the SDK's configurator says it
                     f"conflicting-protocol-{signal}",
@@ -291,6 +291,10 @@ def _exporter_names(env: Mapping[str, str], signal: str) -> tuple[frozenset[str]
     otlp = [name for name in _OTLP_EXPORTER_NAMES if name in names]
     chosen = frozenset({"otlp"} if otlp else set()) | (names & {"console"})
     return chosen, next((_OTLP_EXPORTER_NAMES[name] for name in otlp if _OTLP_EXPORTER_NAMES[name]), None)
+
+
+_PROTOCOL_NAMES = frozenset(OtlpProtocol)
+"""The protocols kaos-otel builds, by member and by name (``OtlpProtocol`` is a ``StrEnum``)."""
 
 
 def _protocol(raw: object) -> OtlpProtocol:

@@ -43,7 +43,7 @@ from kaos_otel.exporters import (
     otlp_span_exporter,
 )
 from kaos_otel.exporters.health import Signal
-from kaos_otel.exporters.pipeline import HashedOnceResource
+from kaos_otel.exporters.pipeline import redacted_resource
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 LOG_EXPORT_BATCH_SIZE = 128
@@ -58,8 +58,7 @@ def build_resource(settings: TelemetrySettings, policy: ContentPolicy) -> Resour
     attributes = dict(settings.resource_attributes or {})
     if settings.service_name is not None:
         attributes[SERVICE_NAME] = settings.service_name
-    resource = Resource.create(attributes)
-    return HashedOnceResource(Resource(policy.redact_resource(resource.attributes), resource.schema_url))
+    return redacted_resource(Resource.create(attributes), policy)
 
 
 def span_limits(settings: TelemetrySettings) -> SpanLimits:
@@ -103,6 +102,15 @@ def run_with_deadline(actions: Sequence[Callable[[], object]], timeout_s: float,
 _SHUT_DOWN_PROVIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
 """Providers a pipeline shut down. The global ones stay installed (OpenTelemetry's API cannot
 replace them), so a later manager must not adopt them: it would export nothing."""
+_EXPORT_OVERRIDES = (
+    "endpoint",
+    "headers",
+    "export_timeout_s",
+    "metric_export_interval_ms",
+    "span_schedule_delay_ms",
+    "span_max_queue_size",
+)
+"""The export settings a manager may be given in code (:class:`TelemetrySettings` fields)."""
 _EXPORT_SETTINGS: weakref.WeakKeyDictionary[Any, tuple[object, ...]] = weakref.WeakKeyDictionary()
 """The export settings each provider a pipeline built exports with (see ``_export_settings``): a
 manager that finds them already installed says so only when its own would differ."""
@@ -215,30 +223,14 @@ class ExportPipeline:
     def _export_settings(self, signal: str) -> tuple[object, ...]:
         """Where and how ``signal`` is exported by providers built with this pipeline's settings."""
         settings = self.settings
-        return (
-            settings.endpoints.get(signal),
-            settings.protocols.get(signal),
-            settings.headers,
-            settings.export_timeout_s,
-            settings.metric_export_interval_ms,
-            settings.span_schedule_delay_ms,
-            settings.span_max_queue_size,
-        )
+        given = (getattr(settings, name) for name in _EXPORT_OVERRIDES)
+        return (settings.endpoints.get(signal), settings.protocols.get(signal), *given)
 
     def _warn_export_not_applied(self) -> None:
         """Say once when export settings passed in code cannot reach the providers found installed
         (``opentelemetry-instrument``'s, the app's, another manager's with other settings), which
         export as they were set up: an endpoint given here would otherwise go unused in silence."""
-        settings = self.settings
-        overrides = (
-            ("endpoint", settings.endpoint),
-            ("headers", settings.headers),
-            ("export_timeout_s", settings.export_timeout_s),
-            ("metric_export_interval_ms", settings.metric_export_interval_ms),
-            ("span_schedule_delay_ms", settings.span_schedule_delay_ms),
-            ("span_max_queue_size", settings.span_max_queue_size),
-        )
-        given = [name for name, value in overrides if value is not None]
+        given = [name for name in _EXPORT_OVERRIDES if getattr(self.settings, name) is not None]
         adopted = [
             signal
             for signal, provider in self._providers_by_signal().items()

@@ -544,10 +544,11 @@ class AgentTelemetry:
         if not self._enabled:
             return NOOP_MEMORY_OPERATION
         tier = enum_member(MemoryTier, tier, MemoryTier.SHORT_TERM, "memory_operation tier")
-        if scope is not None and not (isinstance(scope, str) and scope in _MEMORY_SCOPES):  # no scope named
+        if isinstance(scope, str) and scope in _MEMORY_SCOPES:
+            scope = MemoryScope(scope)
+        elif scope is not None:  # naming no scope: recorded without one
             internal_error("memory_operation", ValueError(f"not a memory scope: {_described(scope)}"))
             scope = None
-        scope = None if scope is None else MemoryScope(scope)
         if not isinstance(operation, str) or not operation:
             internal_error("memory_operation", TypeError(f"not an operation name: {_described(operation)}"))
             operation = catalog.MEMORY_OPERATION_OTHER

@@ -119,6 +119,11 @@ class HashedOnceResource(Resource):
         return self._hash
 
 
+def redacted_resource(resource: Resource, policy: ContentPolicy) -> HashedOnceResource:
+    """``resource`` with its secrets masked (sizes kept: the SDK caps no resource value), hashed once."""
+    return HashedOnceResource(Resource(policy.redact_resource(resource.attributes), resource.schema_url))
+
+
 class CleanedResource:
     """A resource as exported: secrets masked, hashed once. The records of a provider share one
     resource, so the last one seen is remembered."""
@@ -131,11 +136,12 @@ class CleanedResource:
         last = self._last
         if last is not None and last[0] is resource:
             return last[1]
-        if isinstance(resource, HashedOnceResource):  # the manager's: redacted when it was built
-            cleaned = resource
-        else:  # a host provider's
-            redacted = self._policy.redact_resource(resource.attributes)
-            cleaned = HashedOnceResource(Resource(redacted, resource.schema_url))
+        # the manager's was redacted when it was built; a host provider's is redacted here
+        cleaned = (
+            resource
+            if isinstance(resource, HashedOnceResource)
+            else redacted_resource(resource, self._policy)
+        )
         self._last = (resource, cleaned)
         return cleaned
 
