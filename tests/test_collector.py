@@ -206,12 +206,14 @@ def emit_agent_run(otel: KaosOtelManager, logger: logging.Logger) -> Sent:
     )
 
 
-def wait_until(predicate: Callable[[], bool], what: str, collector: Collector) -> None:
-    """Poll ``predicate`` for up to WAIT_S seconds, else fail with the collector's log."""
+def wait_until(predicate: Callable[[], bool], what: str | Callable[[], str], collector: Collector) -> None:
+    """Poll ``predicate`` for up to WAIT_S seconds, else fail with ``what`` (text, or made at the
+    failure: what did arrive) and the collector's log."""
     deadline = time.monotonic() + WAIT_S
     while not predicate():
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}; collector log:\n{collector.output()}")
+            said = what() if callable(what) else what
+            pytest.fail(f"timed out waiting for {said}; collector log:\n{collector.output()}")
         time.sleep(0.1)
 
 
@@ -618,7 +620,10 @@ def test_production_redaction_masks_the_secret_corpus(
         logs = 2 * len(secret_corpus.CORPUS) + len(benign)
         wait_until(
             lambda: len(otlp_receiver.spans()) >= spans and len(otlp_receiver.logs()) >= logs,
-            "the corpus through the collector",
+            lambda: (
+                f"the corpus through the collector ({len(otlp_receiver.spans())} of {spans} spans, "
+                f"{len(otlp_receiver.logs())} of {logs} logs; lost by the SDK: {otel.health.snapshot()})"
+            ),
             collector,
         )
     finally:
