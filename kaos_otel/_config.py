@@ -147,9 +147,7 @@ class TelemetrySettings:
     endpoints: Mapping[str, str] = field(default_factory=dict)
     """Signals that export, and where (the override, else the variable); empty = no export."""
     protocols: Mapping[str, OtlpProtocol] = field(default_factory=dict)
-    """Each exporting signal's transport."""
-    protocol: OtlpProtocol = OtlpProtocol.GRPC
-    """The transport every signal uses unless its own variable says otherwise."""
+    """Each signal's transport, whether it exports or not (the no-endpoint notice names its port)."""
     endpoint: str | None = None
     """Explicit base endpoint for every signal (``/v1/<signal>`` is added for HTTP)."""
     service_name: str | None = None
@@ -221,9 +219,9 @@ class TelemetrySettings:
                 )  # fmt: skip
             signal_protocol = _protocol(protocol or named or from_variables)
             where = _signal_endpoint(env, signal, endpoint, signal_protocol)
+            protocols[signal] = signal_protocol
             if where and (signal not in exporters or "otlp" in exporters[signal]):
                 endpoints[signal] = where
-                protocols[signal] = signal_protocol
         capture = values.pop("capture_content", None)
         if isinstance(capture, bool):
             values["capture_content"] = (
@@ -254,7 +252,6 @@ class TelemetrySettings:
             cls(),
             endpoints=endpoints,
             protocols=protocols,
-            protocol=_protocol(protocol or env.get(OTEL_EXPORTER_OTLP_PROTOCOL)),
             endpoint=endpoint,
             exporters=exporters,
             baggage_allowlist=frozenset(

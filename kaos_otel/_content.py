@@ -169,14 +169,14 @@ class ContentPolicy:
             if value and self._is_secret_named(key):  # an item holding credentials: masked whole
                 return REDACTED
             if depth >= _MAX_STRUCTURE_DEPTH or len(value) > _MAX_STRUCTURE_ITEMS:
-                return self.clean_text(json.dumps(value, default=_safe_str), self.max_value_length)
+                return self.clean_text(json.dumps(value, default=safe_str), self.max_value_length)
             if isinstance(value, Mapping):
                 return {
                     self._clean_key(str(k)): self._clean_structured(str(k), v, depth + 1)
                     for k, v in value.items()
                 }
             return [self._clean_structured(key, item, depth + 1) for item in value]
-        return self.clean_text(_safe_str(value), self.max_value_length)
+        return self.clean_text(safe_str(value), self.max_value_length)
 
     def _is_secret_named(self, key: str) -> bool:
         secret = self._secret_named.get(key)
@@ -221,7 +221,7 @@ class ContentPolicy:
         stack trace keeps its frames and the exception type, without the message)."""
         exc_type = type(exc)
         if self.capture.enabled:
-            message = str(exc)
+            message = safe_str(exc)
             stack = "".join(traceback.format_exception(exc_type, exc, exc.__traceback__))
         else:
             message = ""
@@ -285,7 +285,7 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
         return policy.bound_size(value, policy.max_value_length)
     if not isinstance(value, Mapping | list | tuple):
         # a UUID, a path, an enum: its plain text, not a JSON string literal in quotes
-        return policy.bound_size(_safe_str(value), policy.max_value_length)
+        return policy.bound_size(safe_str(value), policy.max_value_length)
     if isinstance(value, (list, tuple)) and all(isinstance(item, (str, bool, int, float)) for item in value):
         kinds = {type(item) for item in value}
         if len(kinds) <= 1:
@@ -294,13 +294,14 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
                 for item in value
             )
     try:
-        text = json.dumps(value, default=_safe_str, ensure_ascii=False)
+        text = json.dumps(value, default=safe_str, ensure_ascii=False)
     except Exception:  # any value must become an attribute: never raise into the caller
-        text = _safe_str(value)
+        text = safe_str(value)
     return policy.bound_size(text, policy.max_value_length)
 
 
-def _safe_str(value: object) -> str:
+def safe_str(value: object) -> str:
+    """``str(value)``, or a placeholder naming its type when ``str()`` raises."""
     try:
         return str(value)
     except Exception:

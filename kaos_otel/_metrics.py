@@ -139,22 +139,23 @@ class LabelBounds:
     def register(self, key: str, names: Iterable[str]) -> None:
         """Declare names that are legitimate values of ``key``: from now on, only these (and names
         declared later) are kept; declaring an empty list closes ``key`` to every name."""
-        declared = set(names)
+        declared = {name for name in names if isinstance(name, str)}  # a name is text
         with self._lock:
             known = self._known.setdefault(key, set())
             known.update(declared)
             self._seen.setdefault(key, set()).intersection_update(known)
 
-    def bound(self, key: str, value: str | None) -> str:
+    def bound(self, key: str, value: object) -> str:
         """The label value (and span-name part) to record for ``value``: never free text.
 
-        A registered name is kept whatever it looks like; any other must look like a name.
+        A registered name is kept whatever it looks like; any other must look like a name. A value
+        that is not text (a model's ``{"name": 42}``) is no name.
         """
+        if not isinstance(value, str) or not value:
+            return catalog.OVERFLOW_VALUE
         seen = self._seen.get(key)
         if seen is not None and value in seen:  # checked before, still allowed (see register())
             return value
-        if not value:
-            return catalog.OVERFLOW_VALUE
         known = self._known.get(key)
         if known is not None and value not in known:
             return catalog.OVERFLOW_VALUE

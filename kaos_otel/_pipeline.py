@@ -270,7 +270,7 @@ class ExportPipeline:
         if not signals:
             return
         listed = signals[0] if len(signals) == 1 else f"{', '.join(signals[:-1])} and {signals[-1]}"
-        port = 4318 if settings.protocol is OtlpProtocol.HTTP_PROTOBUF else 4317  # kaos-otel receive's
+        port = 4318 if settings.protocols.get(signals[0]) is OtlpProtocol.HTTP_PROTOBUF else 4317  # receive's
         log_once(  # WARNING: shown even where logging was never configured
             "no-endpoint",
             f"kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); {listed} are not exported. "

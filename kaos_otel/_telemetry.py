@@ -32,9 +32,13 @@ _MEMORY_SCOPES = frozenset(MemoryScope)
 
 
 def _described(value: object) -> str:
-    """A wrong value, for a log line: text as it is (shortened), anything else by its type (its
-    ``repr`` may raise, or be huge)."""
-    return repr(value[:80]) if isinstance(value, str) else f"a {type(value).__qualname__}"
+    """A wrong value, for a log line: text and numbers as they are (text shortened), anything else
+    by its type (its ``repr`` may raise, or be huge)."""
+    if isinstance(value, str):
+        return repr(value[:80])
+    if type(value) is float or type(value) is bool or (type(value) is int and abs(value) < 2**128):
+        return repr(value)  # exact types: a subclass's repr may raise
+    return f"a {type(value).__qualname__}"
 
 
 class AgentRun(SpanHandle):
@@ -364,15 +368,17 @@ class AgentTelemetry:
     ) -> AgentRun:
         """An agent run (``invoke_agent {agent}``); records requests, duration and steps at the end.
 
-        ``origin`` says who asked for the run (a user, another agent, the agent itself), so that
-        dashboards count each user request once.
+        The span name carries the agent's name as metric labels do (bounded: see
+        :meth:`register_known_names`); ``gen_ai.agent.name`` keeps it as given. ``origin`` says who
+        asked for the run (a user, another agent, the agent itself), so that dashboards count each
+        user request once.
         """
         if not self._enabled:
             return NOOP_AGENT_RUN
         origin = enum_member(RequestOrigin, origin, RequestOrigin.USER, "invoke_agent origin")
         run = self._begin(
             AgentRun,
-            f"invoke_agent {agent_name}",
+            f"invoke_agent {self._metrics.bounds.bound(catalog.GEN_AI_AGENT_NAME, agent_name)}",
             SpanKind.INTERNAL,
             {
                 catalog.GEN_AI_OPERATION_NAME: "invoke_agent",
@@ -418,7 +424,10 @@ class AgentTelemetry:
         server_port: int | None = None,
         attributes: Mapping[str, object] | None = None,
     ) -> ModelCall:
-        """A model call (``chat {model}``, CLIENT); records the GenAI client metrics at the end."""
+        """A model call (``chat {model}``, CLIENT); records the GenAI client metrics at the end.
+
+        The span name carries the model as metric labels do (bounded: see
+        :meth:`register_known_names`); ``gen_ai.request.model`` keeps it as given."""
         if not self._enabled:
             return NOOP_MODEL_CALL
 
@@ -437,7 +446,7 @@ class AgentTelemetry:
 
         call = self._begin(
             ModelCall,
-            f"chat {model}",
+            f"chat {self._metrics.bounds.bound(catalog.GEN_AI_REQUEST_MODEL, model)}",
             SpanKind.CLIENT,
             {
                 catalog.GEN_AI_OPERATION_NAME: "chat",
@@ -607,7 +616,7 @@ def _token_count(value: object) -> int | None:
     """``value`` if it can be a token count on a span and a metric point, else ``None`` (logged)."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63):
         return value
-    internal_error("record_usage", ValueError(f"not a token count: {value!r}"))
+    internal_error("record_usage", ValueError(f"not a token count: {_described(value)}"))
     return None
 
 

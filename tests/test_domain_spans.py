@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -216,6 +217,79 @@ def test_helpers_given_strings_or_bad_values_record_what_they_can_and_never_rais
     )
     compactions = [p for p in otlp_receiver.metric_points() if p.name == catalog.KAOS_MEMORY_COMPACTIONS]
     assert {p.attributes[catalog.KAOS_OUTCOME] for p in compactions} == {"degraded"}
+
+
+def test_names_of_every_kind_are_bounded_in_span_names_and_never_raise(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Span names carry the bounded name of agents and models as of tools and delegation targets;
+    a name that is not text (a model's ``{"name": 42}``) is ``_other``, never an exception."""
+    otel = make_otel()
+    otel.register_known_names("coord", tools=["search"], models=["gpt-4o"], targets=["researcher"])
+    otel.register_known_names(tools=[["not", "text"]])  # type: ignore[list-item]  # left out, not raised
+    not_text: list[Any] = [42, ["a"], {"name": 1}, 1.5, True, None]
+    with otel.invoke_agent("made-up-agent") as run, otel.agent_step(run):
+        with otel.model_call("coord", "made-up-model"), otel.model_call("coord", "gpt-4o"):
+            pass
+        for name in not_text:
+            with otel.tool_call("coord", name), otel.delegation("coord", name):
+                pass
+    with otel.invoke_agent(42):  # type: ignore[arg-type]
+        pass
+
+    spans = collect(otel, otlp_receiver, 5 + 2 * len(not_text))
+    assert Counter(span.name for span in spans) == {
+        "invoke_agent _other": 2 + len(not_text),
+        catalog.SPAN_AGENT_STEP: 1,
+        "chat _other": 1,
+        "chat gpt-4o": 1,
+        "execute_tool _other": len(not_text),
+    }
+    (model,) = named(spans, "chat _other")
+    assert model.attributes[catalog.GEN_AI_REQUEST_MODEL] == "made-up-model"  # as given
+    roots = [span for span in spans if span.parent_span_id is None]
+    assert {span.attributes[catalog.GEN_AI_AGENT_NAME] for span in roots} == {"made-up-agent", 42}
+    assert not [r for r in caplog.records if "kaos-otel" in r.getMessage()]
+
+    def requests(receiver: OtlpReceiver) -> list[Any]:
+        return [p for p in receiver.metric_points() if p.name == catalog.KAOS_REQUESTS]
+
+    assert otlp_receiver.wait_for(lambda r: sum(int(p.value or 0) for p in requests(r)) == 2, 10)
+    assert {p.attributes[catalog.GEN_AI_AGENT_NAME] for p in requests(otlp_receiver)} == {"_other"}
+
+
+class Unprintable(Exception):
+    """An exception (or any value) whose ``str()`` and ``repr()`` raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    __repr__ = __str__
+
+
+def test_values_that_cannot_be_printed_raise_nothing_and_lose_no_other_span(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel(capture_content=True)
+    with otel.span("recorded") as span:
+        span.record_exception(Unprintable())
+    with otel.model_call("coord", "llama3") as call:
+        call.record_usage(Unprintable(), 3)  # type: ignore[arg-type]
+    with otel.span(Unprintable()) as unnamed:  # type: ignore[arg-type]
+        unnamed.add_event(Unprintable())  # type: ignore[arg-type]
+    with otel.span("after"):
+        pass
+
+    spans = collect(otel, otlp_receiver, 4)
+    placeholder = "<unprintable Unprintable>"
+    assert {span.name for span in spans} == {"recorded", "chat llama3", placeholder, "after"}
+    (event,) = named(spans, "recorded")[0].events
+    assert event.attributes["exception.message"] == placeholder
+    (call_span,) = named(spans, "chat llama3")
+    assert catalog.GEN_AI_USAGE_INPUT_TOKENS not in call_span.attributes
+    assert call_span.attributes[catalog.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
+    assert [event.name for event in named(spans, placeholder)[0].events] == [placeholder]
+    assert otel.health.dropped() == 0
 
 
 def test_memory_operation_span(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:

@@ -522,3 +522,26 @@ def test_batches_go_out_in_slices_and_a_failed_request_ends_the_batch(fail: bool
         SpanExportResult.FAILURE if fail else SpanExportResult.SUCCESS
     )
     assert inner.requests == ([64] if fail else [64, 100, 100, 36])
+
+
+class UncleanableSpan(ReadableSpan):
+    """A host's span class gone wrong: reading its attributes raises."""
+
+    @property
+    def attributes(self) -> Any:
+        raise RuntimeError("attributes unavailable")
+
+
+def test_a_span_that_cannot_be_cleaned_is_counted_alone_and_its_batch_exported() -> None:
+    finished = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(finished))
+    for i in range(100):
+        provider.get_tracer("mixed").start_span("fine", attributes={"test.index": i}).end()
+    spans = list(finished.get_finished_spans())
+    spans[40] = UncleanableSpan(name="broken", context=spans[40].context)
+    inner = InMemorySpanExporter()
+    health = TelemetryHealth()
+    assert SanitizingSpanExporter(inner, ContentPolicy(), health).export(spans) is SpanExportResult.SUCCESS
+    assert len(inner.get_finished_spans()) == 99
+    assert health.dropped("traces") == 1

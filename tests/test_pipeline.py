@@ -619,19 +619,19 @@ def test_protocol_from_environment_is_honoured(
         ("otlp_proto_http", True, "http/protobuf"),  # the names opentelemetry-instrument knows
         ("otlp_proto_grpc", True, "grpc"),
         (" ", True, "grpc"),  # blank: as unset
-        ("console", False, None),
-        ("none", False, None),
-        ("zipkin", False, None),
+        ("console", False, "grpc"),
+        ("none", False, "grpc"),
+        ("zipkin", False, "grpc"),
     ],
 )
 def test_exporter_variable_chooses_otlp_and_its_protocol(
-    monkeypatch: pytest.MonkeyPatch, value: str, exported: bool, protocol: str | None
+    monkeypatch: pytest.MonkeyPatch, value: str, exported: bool, protocol: str
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", value)
     settings = TelemetrySettings.from_env()
     assert ("traces" in settings.endpoints) is exported
-    assert settings.protocols.get("traces") == protocol
+    assert settings.protocols["traces"] == protocol
     assert settings.to_console("traces") is ("console" in value)
     assert "metrics" in settings.endpoints  # other signals as they were
 
@@ -702,8 +702,16 @@ def test_disabled_false_cannot_override_sdk_disabled_and_says_so(
     assert any("disabled=False cannot override" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize(("protocol", "port"), [("grpc", 4317), ("http/protobuf", 4318)])
+@pytest.mark.parametrize(
+    ("variable", "protocol", "port"),
+    [
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", 4317),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", 4318),
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf", 4318),  # traces are listed first
+    ],
+)
 def test_the_no_endpoint_notice_names_the_receive_port_of_the_protocol(
+    variable: str,
     protocol: str,
     port: int,
     managers: list[KaosOtelManager],
@@ -711,7 +719,7 @@ def test_the_no_endpoint_notice_names_the_receive_port_of_the_protocol(
     caplog: pytest.LogCaptureFixture,
     unsaid_notices: None,
 ) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    monkeypatch.setenv(variable, protocol)
     managers.append(KaosOtelManager(global_providers=False, bridge_logging=False))
     notices = [r.getMessage() for r in caplog.records if "no OTLP endpoint" in r.getMessage()]
     assert len(notices) == 1 and f"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:{port} " in notices[0]

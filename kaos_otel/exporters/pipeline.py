@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, SpanContext, Status, TraceState
 from opentelemetry.util.types import AttributeValue
 
-from kaos_otel._content import ContentPolicy
+from kaos_otel._content import ContentPolicy, safe_str
 from kaos_otel._internal_log import internal_error
 from kaos_otel.exporters.health import TelemetryHealth
 
@@ -146,6 +146,11 @@ class CleanedResource:
         return cleaned
 
 
+def _text(name: object) -> str:
+    """A span or event name as text: the API takes any object (even one whose ``str()`` raises)."""
+    return name if isinstance(name, str) else safe_str(name)
+
+
 class _RequestFailed(Exception):
     """An export request failed: the rest of the batch is not sent."""
 
@@ -189,7 +194,10 @@ class SanitizingSpanExporter(SpanExporter):
             for start, end in self._slices(len(spans)):
                 if start:
                     time.sleep(0)  # let a waiting request thread have the GIL between slices
-                cleaned = [self._clean(span) for span in spans[start:end]]
+                cleaned = self._clean_slice(spans[start:end])
+                if (left_out := end - start - len(cleaned)) and self._in_flight.finish(left_out):
+                    self._health.record_drop("traces", "export_failed", left_out)
+                pending -= left_out
                 for request in _split_by_size(cleaned, self._max_request_bytes):
                     if self._inner.export(request) is not SpanExportResult.SUCCESS:
                         raise _RequestFailed
@@ -214,6 +222,17 @@ class SanitizingSpanExporter(SpanExporter):
         """Spans in an export still running, now counted by the caller; later results are not counted."""
         return self._in_flight.abandon()
 
+    def _clean_slice(self, spans: Sequence[ReadableSpan]) -> list[tuple[ReadableSpan, int]]:
+        """Cleaned copies of ``spans``: one that cannot be cleaned is left out (and counted by the
+        caller), not the rest of the batch with it."""
+        cleaned: list[tuple[ReadableSpan, int]] = []
+        for span in spans:
+            try:
+                cleaned.append(self._clean(span))
+            except Exception as exc:
+                internal_error("cleaning a span for export", exc)
+        return cleaned
+
     def _clean(self, span: ReadableSpan) -> tuple[ReadableSpan, int]:
         """A cleaned copy of ``span`` and an upper estimate of its encoded size in bytes.
 
@@ -224,12 +243,12 @@ class SanitizingSpanExporter(SpanExporter):
         status = span.status
         if status.description:
             status = Status(status.status_code, policy.clean_text(status.description))
-        name = policy.clean_text(span.name if isinstance(span.name, str) else str(span.name))
+        name = policy.clean_text(_text(span.name))
         attributes = policy.clean_attributes(span.attributes)
         size = _SPAN_OVERHEAD_BYTES + len(name) + _attributes_size(attributes)
         events: list[Event] = []
         for event in span.events:
-            event_name = policy.clean_text(event.name)
+            event_name = policy.clean_text(_text(event.name))
             event_attributes = policy.clean_attributes(event.attributes)
             size += 24 + len(event_name) + _attributes_size(event_attributes)
             events.append(Event(event_name, event_attributes, event.timestamp))
