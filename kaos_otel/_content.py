@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.util.types import AttributeValue
+from opentelemetry.util.types import AnyValue, AttributeValue
 
 from kaos_otel._config import DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT, ContentCapture
 from kaos_otel._secrets import REDACTED, SECRET_KEY_NAME, Redactor, default_redactor
@@ -177,6 +177,15 @@ class ContentPolicy:
                 }
             return [self._clean_structured(key, item, depth + 1) for item in value]
         return self.clean_text(safe_str(value), self.max_value_length)
+
+    def clean_body(self, body: AnyValue) -> AnyValue:
+        """A log record's body: text cleaned as text is; a structure (mapping, sequence, bytes) as
+        an attribute value is, keys included (a secret-named key's value is masked whole)."""
+        if isinstance(body, str):
+            return self.clean_text(body)
+        if isinstance(body, Mapping | list | tuple | bytes):
+            return self._clean_structured("", body, 0)  # type: ignore[return-value]
+        return body
 
     def _is_secret_named(self, key: str) -> bool:
         secret = self._secret_named.get(key)

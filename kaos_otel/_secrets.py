@@ -18,6 +18,19 @@ Redactor = Callable[[str], str]
 _START = r"(?<![A-Za-z0-9])"
 """A token starts here: not in the middle of a word (decoding turns ``\\n`` into a newline first)."""
 
+# Each pattern below that starts with an assertion or an alternation first looks ahead for one of
+# its first characters, (?=[...]): the regex engine then rejects most positions with one character
+# test instead of trying every branch (about 3x faster on an agent's text).
+
+_ABOUT_A_SECRET = re.compile(
+    r"(?i)polic|length|len\b|hash|salt|reset|url|uri\b|link|expir|rotat|age\b|changed|updated|created|"
+    r"name|arn\b|ids?\b|count|header|type|provider|path|file|dir\b|algorithm|strength|rule|hint|"
+    r"manager|required|enabled|field|format|label|prompt|min|max|less|santa|set\b|store|vault|ref\b|"
+    r"source|mode|version|scheme|schema"
+)
+"""Words in the suffix of a secret-naming key (the ``suffix`` group of a key=value pattern) that
+say its value is about a secret, not the secret: ``password_policy``, ``api_key_id``, ``secretKeyRef``."""
+
 DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # PEM private-key blocks and PGP private-key blocks; one cut by a size cap is masked to its end
     re.compile(
@@ -25,65 +38,99 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         re.DOTALL,
     ),
     # Provider keys and tokens by their prefix, one scan for all: OpenAI (sk-, sk-proj-,
-    # sk-svcacct-), Anthropic (sk-ant-) and rk-/pk- keys of the same shape; Stripe secret and
-    # restricted keys, webhook secrets; Google API keys; GitHub; Slack; Hugging Face, GitLab, Groq,
-    # xAI and npm tokens; Google OAuth access tokens
+    # sk-svcacct-), Anthropic (sk-ant-) and rk-/pk- keys of the same shape, those with a digit (not
+    # a slug such as "pk-value-of-the-first-column"); Stripe secret and restricted keys, webhook
+    # secrets; Google API keys and OAuth client secrets; GitHub; Slack; Hugging Face, GitLab, Groq,
+    # xAI and npm tokens; Google OAuth access tokens; SendGrid, HashiCorp Vault, PyPI, Shopify,
+    # LangSmith, Tavily, Perplexity, Replicate, Databricks and Twilio tokens; age keys
     re.compile(
-        _START + r"(?:(?:sk|rk|pk)-[A-Za-z0-9_-]{20,}"
+        r"(?=[srpwAGgxhnySltd])"
+        + _START
+        + r"(?:sk-[A-Za-z0-9_-]{20,}|(?:rk|pk)-(?=[A-Za-z_-]{0,64}[0-9])[A-Za-z0-9_-]{20,}"
         r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{16,}"
-        r"|AIza[0-9A-Za-z_-]{30,}"
+        r"|AIza[0-9A-Za-z_-]{30,}|GOCSPX-[A-Za-z0-9_-]{20,}"
         r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
         r"|xox[abposr]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
         r"|hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}|gsk_[A-Za-z0-9]{40,}"
-        r"|xai-[A-Za-z0-9]{40,}|npm_[A-Za-z0-9]{36,}|ya29\.[A-Za-z0-9_-]{20,})"
+        r"|xai-[A-Za-z0-9]{40,}|npm_[A-Za-z0-9]{36,}|ya29\.[A-Za-z0-9_-]{20,}"
+        r"|SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}|hvs\.[A-Za-z0-9_-]{24,}|pypi-AgE[A-Za-z0-9_-]{50,}"
+        r"|shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}|lsv2_(?:pt|sk)_[A-Za-z0-9_]{30,}|tvly-[A-Za-z0-9_-]{20,}"
+        r"|pplx-[A-Za-z0-9]{40,}|r8_[A-Za-z0-9]{30,}|dapi[0-9a-f]{32}|SK[0-9a-f]{32}"
+        r"|AGE-SECRET-KEY-1[0-9A-Z]{50,})"
     ),
+    # webhook URLs whose path is the credential: Slack, Discord, Teams, Telegram
+    re.compile(
+        r"(?:hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/"
+        r"|\.webhook\.office\.com/webhookb2/|api\.telegram\.org/bot)(?P<value>[A-Za-z0-9/_:@.-]{10,})"
+    ),
+    # signed URLs: S3 (SigV4, SigV2), CloudFront, GCS, Azure SAS; the signature's value, which
+    # holds a digit ("signature=inspect.signature(fn)" is code)
+    re.compile(
+        r"[Ss](?:ignature|IGNATURE|ig|IG)="  # X-Amz-Signature, X-Goog-Signature too
+        r"(?P<value>(?=[A-Za-z0-9+/_~.%-]{0,64}[0-9])[A-Za-z0-9+/_~.%-]{16,}={0,2})"
+    ),
+    # credentials given on a command line or in a .netrc: "--password x", "login u password x"
+    re.compile(r"--(?:password|passwd|token|api-key|apikey|secret|client-secret)[ \t]+(?P<value>[^\s-]\S*)"),
+    re.compile(r"login[ \t]+\S+\s+password[ \t]+(?P<value>[^\s-]\S*)"),
     # AWS access key ids, with a secret access key that follows within a few separators
     re.compile(
-        _START + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])"
+        r"(?=A)" + _START + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])"
         r"(?:[^A-Za-z0-9/+]{1,8}[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=]))?"
     ),
     # bare JWTs (header.payload[.signature], both base64url JSON objects)
-    re.compile(_START + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)?"),
+    # (not inside a run of token characters: from each "eyJ" of "eyJ_eyJ_..." the scan would rerun)
+    re.compile(r"(?=e)(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)?"),
     # user:password@ in URLs (the whole user info is masked): the password runs to the last @
     # within 256 characters (a bound: the scan stays linear) and may hold / + @ ' (a port followed
     # by a path is not a password)
     re.compile(r"://(?P<value>[^/\s:@?#]*:(?![0-9]+(?:[/?#\s]|$))[^\s?#\"\\]{0,256})(?=@)"),
-    # Authorization / Cookie / Set-Cookie header values: the rest of the header line
+    # Authorization / Cookie / Set-Cookie / API-key header values: the rest of the header line
+    # (also in a (name, value) pair)
     re.compile(
-        r"(?i)(?:\b(?:proxy-)?(?:authorization|set-cookie|cookie|x-api-key)[\"']?\s*[:=]\s*[\"']?)"
+        r"(?i)(?=[apcsxoi])(?:\b(?:proxy-)?(?:authorization|set-cookie|cookie|x-api-key|x-honeycomb-team"
+        r"|(?:ocp-apim-|signoz-)?(?:subscription|ingestion)-key)"
+        r"(?:[\"']?\s*[:=]\s*[\"']?|[\"']\s*,\s*[\"']))"
         r"(?P<value>[^\s\"'\\][^\r\n\"'\\]*)"
     ),
     # bearer / basic credentials anywhere (a token with a digit, or a long one); a basic one is
     # base64 ("a basic example." is not a credential)
     re.compile(
-        r"(?i)(?:\bbearer\s+)"
+        r"(?i)(?=b)(?:\bbearer\s+)"
         r"(?P<value>(?=[A-Za-z0-9._~+/=-]*[0-9._~+/=])[A-Za-z0-9._~+/=-]{8,}|[A-Za-z0-9._~+/=-]{24,})"
     ),
     re.compile(
-        r"(?i)(?:\bbasic\s+)"
+        r"(?i)(?=b)(?:\bbasic\s+)"
         r"(?P<value>(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2}|[A-Za-z0-9+/]{24,}={0,2})"
     ),
-    # key=value / "key": "value" pairs whose key names a secret: a key ending in "token" or in
-    # "token" and a value suffix (not token counts, usage, ids or tokenizers such as
-    # ``max_tokens``, ``token_usage``, ``totalTokenCount``). A quoted value is masked inside its
-    # quotes (JSON stays JSON), may hold escapes (\") and ends at a quote a delimiter follows (in a
-    # JSON-decoded view a value ending in a backslash must not run on); an unquoted one is not a
-    # structure ({, [, () and is masked with a label it may start with ("credentials: password:
-    # ...", "passwords: wifi: ...")
+    # key=value / "key": "value" pairs whose key names a secret:
+    # - the name may be plural and carry a suffix after a separator or a capital (DB_PASSWORD_NEW,
+    #   apiKeyValue, SECRET_KEY_BASE; not "secretary"), unless the suffix says the value is about
+    #   the secret, not the secret (_ABOUT_A_SECRET, checked on a match: a look-ahead would cost
+    #   every occurrence of the name a scan);
+    # - a key ending in "token" or in "token" and a value suffix (not token counts, usage, ids or
+    #   tokenizers such as ``max_tokens``, ``token_usage``, ``totalTokenCount``).
+    # The value is on the key's line. A quoted one is masked inside its quotes (JSON stays JSON),
+    # may hold escapes (\") and ends at a quote that ends a word (in a JSON-decoded view a value
+    # ending in a backslash must not run on); a braced one ending a field is an ODBC value
+    # (Pwd={a;b};); any other is not a structure ({, [, () and is masked with a label it may start
+    # with ("credentials: password: ...", "passwords: wifi: ...")
     re.compile(
-        r"(?i)(?:(?:password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|"
-        r"private[_-]?key|access[_-]?key|account[_-]?key|credential)[\w.-]*"
-        r"|token(?:[_.-]?(?:value|v\d+|str|string|secret))?)[\"']?\s*[:=]\s*"
+        r"(?i)(?=[pasct])(?:(?:password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|"
+        r"private[_-]?key|access[_-]?key|account[_-]?key|credential)s?"
+        r"(?P<suffix>(?-i:[_.0-9A-Z-])[\w.-]{0,40})?"
+        r"|token(?:[_.-]?(?:value|v\d+|str|string|secret))?)[\"']?[ \t]*[:=][ \t]*"
         r"(?P<quote>[\"'])?(?!\[REDACTED\])"
         r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)*"
-        r"|(?:[\w.-]+\s*[:=]\s+)?[^\s,;&}\])\"'{\[(=][^\s,;&}\])\"']*))"
-        r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])]|$)|$))"
+        r"|(?:\{[^{}\r\n\"']{1,256}\}(?=;|$)"
+        r"|(?:[\w.-]+[ \t]*[:=][ \t]+)?[^\s,;&}\])\"'{\[(=][^\s,;&}\])\"']*)))"
+        r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])./>?!|&<]|$)|$))"
     ),
 )
 
 SECRET_KEY_NAME = re.compile(
     r"(?i)(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|"
-    r"access[_-]?key|account[_-]?key|authorization|credentials?|cookie)$"
+    r"access[_-]?key|account[_-]?key|authorization|credentials?|cookie|subscription[_-]?key|"
+    r"ingestion[_-]?key|honeycomb[_-]?team)$"
 )
 """Attribute keys and header names whose whole value is a secret: the key ends in such a name
 (``db.password``, ``auth_token``, ``accessKey``; not ``gen_ai.token.type``, ``max_tokens``,
@@ -93,8 +140,10 @@ SECRET_KEY_NAME = re.compile(
 # without IGNORECASE the regex engine scans several times faster (this runs on every exported
 # string, on the export thread).
 _QUICK_CHECK = re.compile(
-    r"sk-|rk-|pk-|sk_|rk_|whsec_|aiza|gh[pousr]_|github_pat_|xox|xapp-|hf_|glpat-|gsk_|xai-|npm_|ya29\.|"
-    r"akia|asia|abia|acca|eyj|"
+    r"sk-|rk-|pk-|sk_|rk_|whsec_|aiza|gocspx-|gh[pousr]_|github_pat_|xox|xapp-|hf_|glpat-|gsk_|xai-|npm_|"
+    r"ya29\.|sg\.[a-z0-9_-]{16}|hvs\.|pypi-|shp[acps][acst]_|lsv2_|tvly-|pplx-|r8_|dapi[0-9a-f]{32}|"
+    r"sk[0-9a-f]{32}|age-secret|akia|asia|abia|acca|eyj|slack\.com|webhook|telegram|sig=|signature=|"
+    r"honeycomb|"
     r"private key|://|bearer|basic|pass|pwd|secret|token|key|auth|cookie|credential"
 )
 _JSON_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
@@ -187,7 +236,10 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
             continue
         for pattern in DEFAULT_SECRET_PATTERNS:
             group = "value" if "value" in pattern.groupindex else 0
+            checks_suffix = "suffix" in pattern.groupindex
             for match in pattern.finditer(view.text):
+                if checks_suffix and (suffix := match.group("suffix")) and _ABOUT_A_SECRET.search(suffix):
+                    continue
                 start, end = match.span(group)
                 if end > start:
                     spans.append(view.original_span(start, end))

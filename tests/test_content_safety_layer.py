@@ -45,7 +45,9 @@ CREDENTIAL = "hunter2plaincredential"
 """A secret of no known shape: masked only where a key or header names it a secret."""
 
 
-def _emit_everywhere(tracer_provider: trace.TracerProvider, logger: logging.Logger) -> None:
+def _emit_everywhere(
+    tracer_provider: trace.TracerProvider, logger: logging.Logger, logger_provider: LoggerProvider
+) -> None:
     tracer = tracer_provider.get_tracer("safety")
     with tracer.start_as_current_span("linked") as linked:
         pass
@@ -78,6 +80,13 @@ def _emit_everywhere(tracer_provider: trace.TracerProvider, logger: logging.Logg
                 "raw_header": f"Authorization: Bearer {SECRET}".encode(),
             }
             logger.exception("body %s", SECRET, extra={"extra.key": f"attribute {SECRET}", **structured})
+    logger_provider.get_logger("safety").emit(  # a structured body, through the Logs API
+        body={
+            "password": CREDENTIAL,
+            "tool": {"arguments": {"api_key": CREDENTIAL}},
+            f"k {SECRET}": f"Authorization: Bearer {SECRET}".encode(),
+        }
+    )
 
 
 def _assert_masked(receiver: OtlpReceiver, spans: int, logs: int) -> None:
@@ -98,13 +107,13 @@ def test_the_manager_masks_every_exported_string(make_otel: MakeOtel, otlp_recei
     logger.addHandler(KaosLoggingHandler(otel.logger_provider, otel.content_policy))
     logger.propagate = False
     try:
-        _emit_everywhere(otel.tracer_provider, logger)
+        _emit_everywhere(otel.tracer_provider, logger, otel.logger_provider)
         otel.metrics.record_tool_call("agent", f"tool-{SECRET}", catalog.Outcome.SUCCESS, 0.1)
         assert otel.force_flush(10)
     finally:
         logger.handlers.clear()
         logger.propagate = True
-    _assert_masked(otlp_receiver, spans=3, logs=1)
+    _assert_masked(otlp_receiver, spans=3, logs=2)
     labels = {p.attributes.get(catalog.GEN_AI_TOOL_NAME) for p in otlp_receiver.metric_points()}
     assert labels >= {catalog.OVERFLOW_VALUE}
     assert not any(SECRET in str(label) for label in labels)
@@ -134,13 +143,13 @@ def test_a_host_with_its_own_providers_adds_the_layer_with_one_call_per_exporter
     logger.addHandler(KaosLoggingHandler(logger_provider, ContentPolicy()))
     logger.propagate = False
     try:
-        _emit_everywhere(tracer_provider, logger)
+        _emit_everywhere(tracer_provider, logger, logger_provider)
         telemetry = AgentTelemetry.from_providers(tracer_provider)
         with telemetry.span(f"domain {SECRET}"):
             pass
         assert tracer_provider.force_flush(10_000)
         assert logger_provider.force_flush(10_000)
-        _assert_masked(otlp_receiver, spans=4, logs=1)
+        _assert_masked(otlp_receiver, spans=4, logs=2)
     finally:
         logger.handlers.clear()
         logger.propagate = True

@@ -15,6 +15,7 @@ import json
 import logging
 import random
 import string
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,6 +97,15 @@ def _aws_pair() -> Secret:
     return Secret("aws-pair", f"{key_id} {secret}", (key_id, secret))
 
 
+def _odbc() -> Secret:
+    first, second = _random(ALNUM, 16), _random(ALNUM + "!#", 16)
+    text = f"Driver={{ODBC Driver 18}};Server=db;Uid=app;Pwd={{{first};{second}}};Database=app"
+    return Secret("odbc-braced-password", text, (first, second))
+
+
+HEX = string.digits + "abcdef"
+UPPER = string.ascii_uppercase + string.digits
+
 SECRETS: tuple[Callable[[], Secret], ...] = (
     _plain("openai", lambda: "sk-" + _random(ALNUM, 48)),
     _plain("openai-project", lambda: "sk-proj-" + _random(ALNUM + "-_", 120)),
@@ -144,6 +154,33 @@ SECRETS: tuple[Callable[[], Secret], ...] = (
     _labelled(
         "access-token-json", '{{"access_token": "{}", "token_type": "bearer"}}', lambda: _random(ALNUM, 32)
     ),
+    _labelled(
+        "s3-presigned-url",
+        "https://bucket.s3.amazonaws.com/report.pdf?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=900"
+        "&X-Amz-SignedHeaders=host&X-Amz-Signature={}",
+        lambda: _random(HEX, 64),
+    ),
+    _labelled(
+        "azure-sas-url",
+        "https://kaos.blob.core.windows.net/c/b.txt?sv=2022-11-02&sp=r&se=2026-12-02T00:00:00Z&sig={}",
+        lambda: quote(base64.b64encode(RNG.randbytes(32)).decode(), safe=""),
+    ),
+    _labelled(
+        "slack-webhook",
+        "https://hooks.slack.com/services/{}",
+        lambda: f"T{_random(UPPER, 10)}/B{_random(UPPER, 10)}/{_random(ALNUM, 24)}",
+    ),
+    _labelled(
+        "telegram-bot",
+        "https://api.telegram.org/bot{}/sendMessage",
+        lambda: f"{RNG.randrange(10**8, 10**10)}:AA{_random(ALNUM + '_-', 33)}",
+    ),
+    _plain("sendgrid", lambda: f"SG.{_random(ALNUM, 22)}.{_random(ALNUM + '_-', 43)}"),
+    _labelled("azure-subscription-key", "Ocp-Apim-Subscription-Key: {}", lambda: _random(HEX, 32)),
+    _labelled("command-line-password", "deploy --password {} --yes", lambda: _random(ALNUM, 20)),
+    _labelled("netrc", "machine api.example.com login deploy password {}", lambda: _random(ALNUM, 20)),
+    _odbc,
+    _labelled("password-in-prose", 'Set it with password: "{}".', lambda: _random(ALNUM, 16)),
 )
 
 PLACEMENTS: tuple[Callable[[str], str], ...] = (
@@ -291,3 +328,59 @@ def test_false_positive_rate_on_benign_text_is_measured_and_low() -> None:
     rate = len(altered) / len(corpus)
     print(f"benign corpus: {len(corpus)} texts, {len(altered)} altered, false-positive rate {rate:.2%}")
     assert rate <= 0.01, altered[:10]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SECRET_KEY_BASE=4f9a8b7c6d5e",
+        "db_password_new=hunter2x",
+        '{"apiKeyValue": "abc123xyz"}',
+        "client_secret=abc123xyz",
+        "Password2: hunter2x",
+        "passwords: wifi: hunter2x",
+    ],
+)
+def test_a_secret_under_a_key_with_a_suffix_is_masked(text: str) -> None:
+    assert default_redactor(text).count(REDACTED) == 1
+    assert not any(part in default_redactor(text) for part in ("4f9a8b", "hunter2", "abc123"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password_policy: strict",
+        "password_min_length=12",
+        "passwordless: true",
+        "secretary: Ann",
+        "secretName: my-secret",
+        "secretKeyRef: db-credentials",
+        "api_key_id=key-42",
+        "apiKeyHeader: X-Trace",
+        "pk-value-of-the-first-column-in-the-table",
+        "signature = inspect.signature(fn)",
+    ],
+)
+def test_text_about_a_secret_is_left_alone(text: str) -> None:
+    """A key whose suffix says its value is about a secret (a policy, an id, a name, a reference),
+    a word that only starts like a secret's name, a slug with a key's prefix, code."""
+    assert default_redactor(text) == text
+
+
+@pytest.mark.parametrize("unit", ["pwd.", "secret_", "api-key-", "credential-", "eyJ_", "://:", "sig="])
+def test_scanning_hostile_text_costs_time_in_proportion_to_its_length(unit: str) -> None:
+    """A text repeating the start of a pattern (a model's output can be anything) is scanned in
+    time that grows with its length, not its square: 4 times the text costs about 4 times the
+    time (a rescan from every repetition costs 16 times). Best of five, so a busy machine does
+    not decide."""
+
+    def best_time(size: int) -> float:
+        text = unit * (size // len(unit))
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            default_redactor(text)
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    assert best_time(32_768) < 8 * best_time(8_192)

@@ -372,23 +372,12 @@ def clean_log_record(log_record: ReadWriteLogRecord, policy: ContentPolicy) -> N
     """Redact and cap a log record's body (text, or the strings of a structured body),
     attributes and event name, in place."""
     record = log_record.log_record
-    record.body = _clean_any(record.body, policy)
+    record.body = policy.clean_body(record.body)
     if record.attributes:
         record.attributes = policy.clean_attributes(record.attributes)
     event_name = getattr(record, "event_name", None)
     if isinstance(event_name, str) and event_name:
         record.event_name = policy.clean_text(event_name)
-
-
-def _clean_any(value: object, policy: ContentPolicy) -> Any:
-    """Strings anywhere in a log body (text, list, mapping) cleaned."""
-    if isinstance(value, str):
-        return policy.clean_text(value)
-    if isinstance(value, Mapping):
-        return {key: _clean_any(item, policy) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean_any(item, policy) for item in value]
-    return value
 
 
 def _count_points(metrics_data: MetricsData) -> int:
