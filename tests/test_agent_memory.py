@@ -8,6 +8,7 @@ memory backend is down still answering.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -25,6 +26,7 @@ import psycopg
 import pytest
 from net_support import free_port
 
+from instrumented_agent import faults
 from instrumented_agent.config import MEMORY_SCOPE_HEADER, SESSION_ID_HEADER, USER_ID_HEADER
 from instrumented_agent.faults import Fault, FaultSwitch
 from instrumented_agent.memory import (
@@ -362,6 +364,36 @@ async def test_the_demo_memory_faults_show_on_the_long_term_tier_too(
     failed = [s for s in searches if s.status_code == "ERROR"]
     assert 0 < len(failed) < 8
     assert all(s.attributes[catalog.ERROR_TYPE].endswith("InjectedFaultError") for s in failed)
+
+
+async def test_a_slow_long_term_store_holds_no_thread_of_the_relational_tiers(
+    make_otel: Callable[..., KaosOtelManager], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's ``memory-latency`` on Mem0's store: while long-term calls wait for it, one at a
+    time, a relational write still answers at once. They used to wait on the loop's shared thread
+    pool, so a slow store slowed every tier (short-term p95 11 s in a live demo)."""
+    monkeypatch.setattr(faults, "MEMORY_LATENCY_S", 0.3)
+    monkeypatch.setattr(FaultSwitch, "one_in", lambda self, n: True)  # every store call is slow
+    switch = FaultSwitch(tmp_path / "faults.json")
+    switch.write([Fault.MEMORY_LATENCY])
+    otel = _otel(make_otel)
+    long_term = LongTermMemory(otel, "http://127.0.0.1:9/v1", switch)
+    memory = MemoryService("librarian", otel, RelationalStore("sqlite://"), long_term)
+    await memory.start()
+    loop = asyncio.get_running_loop()
+    recalls = [
+        asyncio.create_task(memory.recall(memory.owner(f"user-{i}", "s1"), MemoryScope.SESSION, "regions"))
+        for i in range(12)
+    ]
+    await asyncio.sleep(0.05)  # the recalls' relational reads are done; their Mem0 searches queue
+    started = loop.time()
+    await memory.remember(memory.owner("writer", "s1"), [Turn("user", "I prefer eu-west-1.")])
+    relational_s = loop.time() - started
+    await asyncio.gather(*recalls)
+    long_term_s = loop.time() - started
+    await memory.aclose()
+    assert long_term_s > 12 * 0.3  # the searches did wait for the slow store, one at a time
+    assert relational_s < long_term_s / 10, (relational_s, long_term_s)
 
 
 # --- a backend that goes down -------------------------------------------------------------------

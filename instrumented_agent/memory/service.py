@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TypeVar
@@ -36,6 +37,7 @@ from kaos_otel import (
     Outcome,
     catalog,
     create_background_task,
+    run_in_executor_in_context,
 )
 
 __all__ = ["Forgotten", "MemoryService", "Recall", "summarise"]
@@ -152,12 +154,15 @@ class MemoryService:
         self._otel = otel
         self._tasks: set[asyncio.Task[None]] = set()
         self._faults = faults
+        self._long_term_thread = ThreadPoolExecutor(1, thread_name_prefix=f"{agent}-long-term")
+        """Mem0 calls run one at a time (its store is not thread-safe) on a thread of their own:
+        waiting for a slow one holds no thread of the pool the relational tiers use."""
 
     async def start(self) -> None:
         """Create the tables and load the long-term tier; failures degrade, they do not stop the agent."""
         await self._in_thread("schema creation", None, None, self.relational.ensure_schema)
         if self.long_term is not None and not await self._in_thread(
-            "long-term load", None, False, _returning_true(self.long_term.load)
+            "long-term load", None, False, _returning_true(self.long_term.load), self._long_term_thread
         ):
             self.long_term = None
 
@@ -166,6 +171,7 @@ class MemoryService:
         await self.drain()
         if self.long_term is not None:
             self.long_term.close()
+        self._long_term_thread.shutdown()
         self.relational.dispose()
 
     async def drain(self) -> None:
@@ -197,7 +203,11 @@ class MemoryService:
         if self.long_term is not None and query:
             long_term = self.long_term  # mem0 is traced by Mem0Instrumentor (its own span)
             facts = await self._in_thread(
-                "long-term search", None, [], lambda: long_term.search(owner, scope, query, RECALL_FACTS)
+                "long-term search",
+                None,
+                [],
+                lambda: long_term.search(owner, scope, query, RECALL_FACTS),
+                self._long_term_thread,
             )
         return Recall(tuple(turns), tuple(summaries), tuple(facts)).within(self.recall_tokens)
 
@@ -241,7 +251,11 @@ class MemoryService:
                 forgotten.degraded.append(tier.value)
         if self.long_term is not None:
             facts = await self._in_thread(
-                "long-term forget", None, None, partial(self.long_term.delete, owner, scope)
+                "long-term forget",
+                None,
+                None,
+                partial(self.long_term.delete, owner, scope),
+                self._long_term_thread,
             )
             forgotten.deleted[MemoryTier.LONG_TERM.value] = facts
             if facts is None:
@@ -272,9 +286,8 @@ class MemoryService:
         facts = [turn for turn in compaction.folded if turn.role == "user"]
 
         async def extract() -> None:
-            stored = await self._in_thread(
-                "long-term extraction", None, None, partial(long_term.add, owner, facts)
-            )
+            add = partial(long_term.add, owner, facts)
+            stored = await self._in_thread("long-term extraction", None, None, add, self._long_term_thread)
             outcome = Outcome.DEGRADED if stored is None else Outcome.SUCCESS
             self._otel.record_extraction_lag(self.agent, time.perf_counter() - compacted_at, outcome)
 
@@ -302,11 +315,17 @@ class MemoryService:
         )
 
     async def _in_thread(
-        self, what: str, op: MemoryOperation | None, fallback: T, call: Callable[[], T]
+        self,
+        what: str,
+        op: MemoryOperation | None,
+        fallback: T,
+        call: Callable[[], T],
+        executor: Executor | None = None,
     ) -> T:
-        """Run a backend call in a thread; on failure degrade ``op`` (if any), log, return ``fallback``."""
+        """Run a backend call in a thread (of ``executor``, else the loop's default pool), in the
+        caller's context; on failure degrade ``op`` (if any), log, return ``fallback``."""
         try:
-            return await asyncio.to_thread(self._with_faults(op, call))
+            return await run_in_executor_in_context(executor, self._with_faults(op, call))
         except Exception as exc:
             _log.warning("memory %s degraded: %s", what, type(exc).__name__)
             if op is not None:
