@@ -331,6 +331,16 @@ def to_attributes(
             converted[str(key)] = value if len(value) <= limit else policy.bound_size(value, limit)
         elif type(value) is int or type(value) is float or type(value) is bool:
             converted[str(key)] = value
+        elif type(value) is tuple and value and _short_texts(value, limit):  # finish reasons...
+            converted[str(key)] = value  # what to_attribute_value would rebuild, item by item
         elif value is not None:
             converted[str(key)] = to_attribute_value(value, policy)
     return converted
+
+
+def _short_texts(values: tuple[object, ...], limit: int) -> bool:
+    """Whether every item is a plain ``str`` within ``limit`` (the tuple is then exported as it is)."""
+    for item in values:  # noqa: SIM110 (all() over a generator costs more per call)
+        if type(item) is not str or len(item) > limit:
+            return False
+    return True

@@ -605,6 +605,7 @@ def test_production_redaction_masks_the_secret_corpus(
             redactor=lambda text: text,
             capture_content=True,
             span_schedule_delay_ms=50,
+            span_max_queue_size=8192,  # the corpus is sent faster than exported: 2,784 spans at once
         )
         logging.getLogger(secret_corpus.LOGGER).setLevel(logging.INFO)
         try:

@@ -270,7 +270,13 @@ def test_no_secret_of_the_corpus_reaches_the_receiver(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver, capture: ContentCapture
 ) -> None:
     logging.getLogger(LOGGER).setLevel(logging.INFO)
-    otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": capture.value})
+    otel = make_otel(
+        environ={
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": capture.value,
+            "OTEL_BSP_MAX_QUEUE_SIZE": "8192",  # the corpus is sent faster than exported
+            "OTEL_BLRP_MAX_QUEUE_SIZE": "8192",
+        }
+    )
     for placement in CORPUS:
         send(otel, placement)
     spans, logs = 4 * len(CORPUS), 2 * len(CORPUS)
