@@ -14,6 +14,7 @@ import argparse
 import enum
 import importlib
 import inspect
+import re
 import sys
 from pathlib import Path
 from types import UnionType
@@ -63,6 +64,8 @@ def _default(value: Any) -> Any:
         return _Raw(value.__qualname__)
     if isinstance(value, enum.Enum):
         return _Raw(f"{type(value).__name__}.{value.name}")
+    if isinstance(value, re.Pattern):  # its repr stops at 200 characters
+        return _Raw(f"re.compile({value.pattern!r})")
     return value
 
 

@@ -117,8 +117,10 @@ class CatalogMeterProvider(MeterProvider):
         self.provider.shutdown(timeout_millis)
 
 
-_NAME = re.compile(r"[\w.:/@+-]{1,128}")
-"""What a name looks like (a tool, an agent, a model, an error type): anything else is free text."""
+_NAME = re.compile(r"[\w.:/@+-]+(?: [\w.:/@+-]+){0,5}")
+"""What a name looks like (a tool, an agent, a model, an error type), up to 128 characters: words
+of name characters, at most six, one space apart ("Research Assistant", "Llama 3 70B Instruct").
+Anything else is free text."""
 
 
 class LabelBounds:
@@ -159,7 +161,7 @@ class LabelBounds:
         known = self._known.get(key)
         if known is not None and value not in known:
             return catalog.OVERFLOW_VALUE
-        if known is None and not _NAME.fullmatch(value):
+        if known is None and (len(value) > 128 or not _NAME.fullmatch(value)):
             return catalog.OVERFLOW_VALUE
         if self._redactor(value) != value:  # a secret: checked once per distinct value, never kept
             return catalog.OVERFLOW_VALUE

@@ -181,6 +181,38 @@ SECRETS: tuple[Callable[[], Secret], ...] = (
     _labelled("netrc", "machine api.example.com login deploy password {}", lambda: _random(ALNUM, 20)),
     _odbc,
     _labelled("password-in-prose", 'Set it with password: "{}".', lambda: _random(ALNUM, 16)),
+    _plain("google-oauth-client-secret", lambda: "GOCSPX-" + _random(ALNUM + "_-", 28)),
+    _plain("vault", lambda: "hvs." + _random(ALNUM + "_-", 90)),
+    _plain("pypi", lambda: "pypi-AgEIcHlwaS5vcmc" + _random(ALNUM + "_-", 60)),
+    _plain("shopify", lambda: "shpat_" + _random(HEX, 32)),
+    _plain("langsmith", lambda: f"lsv2_pt_{_random(HEX, 32)}_{_random(HEX, 10)}"),
+    _plain("tavily", lambda: "tvly-" + _random(ALNUM, 32)),
+    _plain("perplexity", lambda: "pplx-" + _random(ALNUM, 48)),
+    _plain("replicate", lambda: "r8_" + _random(ALNUM, 37)),
+    _plain("databricks", lambda: "dapi" + _random(HEX, 32)),
+    _plain("twilio", lambda: "SK" + _random(HEX, 32)),
+    _plain("age", lambda: "AGE-SECRET-KEY-1" + _random(UPPER, 58)),
+    _labelled(
+        "discord-webhook",
+        "https://discord.com/api/webhooks/{}",
+        lambda: f"{RNG.randrange(10**17, 10**18)}/{_random(ALNUM + '_-', 68)}",
+    ),
+    _labelled(
+        "teams-webhook",
+        "https://contoso.webhook.office.com/webhookb2/{}",
+        lambda: (
+            f"{uuid.UUID(int=RNG.getrandbits(128))}@{uuid.UUID(int=RNG.getrandbits(128))}"
+            f"/IncomingWebhook/{_random(HEX, 32)}/{uuid.UUID(int=RNG.getrandbits(128))}"
+        ),
+    ),
+    _labelled("honeycomb-header", "x-honeycomb-team: {}", lambda: _random(ALNUM, 32)),
+    _labelled("signoz-ingestion-key", "signoz-ingestion-key: {}", lambda: _random(ALNUM, 36)),
+    _labelled("authorization-pair", "('Authorization', 'Token {}')", lambda: _random(ALNUM, 40)),
+    _labelled(
+        "gcs-signed-url",
+        "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature={}",
+        lambda: _random(HEX, 128),
+    ),
 )
 
 PLACEMENTS: tuple[Callable[[str], str], ...] = (
@@ -345,11 +377,19 @@ def test_false_positive_rate_on_benign_text_is_measured_and_low() -> None:
         "client_secret=abc123xyz",
         "Password2: hunter2x",
         "passwords: wifi: hunter2x",
+        "PASSWORD_RESET_TOKEN=hunter2x",  # a suffix about a secret that ends in another one
+        "SECRETS_MANAGER_API_KEY=hunter2x",
+        "DB_PASSWORD_ADMIN=hunter2x",  # "admin" holds "min", not the word
+        "API_KEY_ANDROID=hunter2x",
+        "secretkey=hunter2x",
+        "password_hash=hunter2x",
+        "SECRET_KEY_FOR_THE_PRODUCTION_DATABASE_CLUSTER_EU_WEST=hunter2x",
+        "jwt_eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJodW50ZXIyeCJ9.abc123",
     ],
 )
 def test_a_secret_under_a_key_with_a_suffix_is_masked(text: str) -> None:
     assert default_redactor(text).count(REDACTED) == 1
-    assert not any(part in default_redactor(text) for part in ("4f9a8b", "hunter2", "abc123"))
+    assert not any(part in default_redactor(text) for part in ("4f9a8b", "hunter2", "abc123", "eyJ"))
 
 
 @pytest.mark.parametrize(

@@ -169,9 +169,10 @@ class MemoryService:
     async def aclose(self) -> None:
         """Wait for background extractions, then release the backends."""
         await self.drain()
-        if self.long_term is not None:
-            self.long_term.close()
-        self._long_term_thread.shutdown()
+        if self.long_term is not None:  # after the Mem0 calls already queued, on their thread
+            await run_in_executor_in_context(self._long_term_thread, self.long_term.close)
+            self.long_term = None
+        self._long_term_thread.shutdown(wait=False)  # nothing is left on it
         self.relational.dispose()
 
     async def drain(self) -> None:
