@@ -117,10 +117,16 @@ class CatalogMeterProvider(MeterProvider):
         self.provider.shutdown(timeout_millis)
 
 
-_NAME = re.compile(r"[\w.:/@+-]+(?: [\w.:/@+-]+){0,5}")
-"""What a name looks like (a tool, an agent, a model, an error type), up to 128 characters: words
-of name characters, at most six, one space apart ("Research Assistant", "Llama 3 70B Instruct").
-Anything else is free text."""
+_NAME = re.compile(r"[\w.:/@+-]{1,128}")
+"""What a name looks like (a tool, a delegation target, a provider, an error type): one word of name
+characters. Anything else is free text (a model's output)."""
+
+_NAME_OF_WORDS = re.compile(r"[\w.:/@+-]+(?: [\w.:/@+-]+){0,5}")
+"""What an agent's or a model's name looks like, up to 128 characters: words of name characters,
+at most six, one space apart ("Research Assistant", "Llama 3 70B Instruct"). Your code names
+those; a model's output names tools and delegation targets, whose names are one word."""
+
+_NAMED_BY_CODE = {catalog.GEN_AI_AGENT_NAME: _NAME_OF_WORDS, catalog.GEN_AI_REQUEST_MODEL: _NAME_OF_WORDS}
 
 
 class LabelBounds:
@@ -161,7 +167,7 @@ class LabelBounds:
         known = self._known.get(key)
         if known is not None and value not in known:
             return catalog.OVERFLOW_VALUE
-        if known is None and (len(value) > 128 or not _NAME.fullmatch(value)):
+        if known is None and (len(value) > 128 or not _NAMED_BY_CODE.get(key, _NAME).fullmatch(value)):
             return catalog.OVERFLOW_VALUE
         if self._redactor(value) != value:  # a secret: checked once per distinct value, never kept
             return catalog.OVERFLOW_VALUE

@@ -24,7 +24,7 @@ _START = r"(?<![A-Za-z0-9])"
 
 # fmt: off
 _ABOUT_A_SECRET = frozenset({
-    "policy", "policies", "length", "len", "min", "max", "reset", "url", "uri", "link", "expiry",
+    "policy", "policies", "length", "len", "min", "max", "url", "uri", "link", "expiry",
     "expires", "expired", "expiration", "rotation", "rotated", "age", "changed", "updated",
     "created", "name", "names", "arn", "id", "ids", "count", "header", "type", "provider", "path",
     "file", "dir", "algorithm", "algo", "strength", "rule", "rules", "hint", "manager", "required",
@@ -42,23 +42,34 @@ _SUFFIX_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 """The words of a key's suffix: split at separators and camelCase (``KeyRef``: ``Key``, ``Ref``)."""
 
 
+_SECRET_WORD = re.compile(
+    r"(?i)password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey|private[_-]?key|"
+    r"access[_-]?key|account[_-]?key|credential"
+)
+"""A secret's name anywhere in a key."""
+
+
 def _about_a_secret(suffix: str) -> bool:
     """Whether a key's ``suffix`` (what follows a secret's name in it) says its value is about the
-    secret, not the secret: a word of :data:`_ABOUT_A_SECRET`, unless the suffix ends in another
-    secret's name (``PASSWORD_RESET_TOKEN``) or a value word."""
-    if SECRET_KEY_NAME.search(suffix):
-        return False
-    words = [word.lower() for word in _SUFFIX_WORD.findall(suffix)]
-    return bool(words) and words[-1] not in _VALUE_WORDS and not _ABOUT_A_SECRET.isdisjoint(words)
+    secret, not the secret: a word of :data:`_ABOUT_A_SECRET` with no secret's name after it
+    (``PASSWORD_RESET_TOKEN_V2`` is a token) and not ending in a value word."""
+    about_end = -1
+    last = ""
+    for word in _SUFFIX_WORD.finditer(suffix):
+        last = word.group().lower()
+        if last in _ABOUT_A_SECRET:
+            about_end = word.end()
+    return about_end >= 0 and last not in _VALUE_WORDS and not _SECRET_WORD.search(suffix, about_end)
 
 
 _JWT = re.compile(
-    r"(?=[A-Za-z0-9])(?<![A-Za-z0-9_-])(?:[A-Za-z0-9]{1,16}[_-])?"
+    r"(?=[A-Za-z0-9_-])(?<![A-Za-z0-9_-])(?:[A-Za-z0-9_-]{0,63}[_-])?"
     r"(?P<value>eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)?)"
 )
-"""Bare JWTs (header.payload[.signature], both base64url JSON objects), also after a short word
-and a separator (``jwt_eyJ...``, ``Bearer-eyJ...``). A scan starts only where a run of token
-characters starts: from each "eyJ" of "eyJ_eyJ_..." it would rerun to the run's end."""
+"""Bare JWTs (header.payload[.signature], both base64url JSON objects), also after words and a
+separator (``my_jwt_eyJ...``, ``Bearer-eyJ...``, within 64 characters). A scan starts only where
+a run of token characters starts: from each "eyJ" of "eyJ_eyJ_..." it would rerun to the run's
+end."""
 
 DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # PEM private-key blocks and PGP private-key blocks; one cut by a size cap is masked to its end
@@ -134,7 +145,7 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     #   capital or a secret word (DB_PASSWORD_NEW, apiKeyValue, SECRET_KEY_BASE, secretkey; not
     #   "secretary"), unless the suffix says the value is about the secret, not the secret
     #   (_about_a_secret, checked on a match: a look-ahead would cost every occurrence of the name
-    #   a scan; after such a key the scan resumes right after its name);
+    #   a scan; after such a key the scan resumes inside its value if quoted, else after it);
     # - a key ending in "token" or in "token" and a value suffix (not token counts, usage, ids or
     #   tokenizers such as ``max_tokens``, ``token_usage``, ``totalTokenCount``).
     # The value is on the key's line. A quoted one is masked inside its quotes (JSON stays JSON),
@@ -145,13 +156,13 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(
         r"(?i)(?=[pasct])(?:(?:password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|"
         r"private[_-]?key|access[_-]?key|account[_-]?key|credential)s?"
-        r"(?P<suffix>(?:(?-i:[_.0-9A-Z-])|(?=key|value|new|old|current|confirm|hash|salt|str|text|raw|enc))"
-        r"[\w.-]{0,64})?"
-        r"|token(?:[_.-]?(?:value|v\d+|str|string|secret))?)[\"']?[ \t]*[:=][ \t]*"
+        r"(?P<suffix>(?:(?-i:[_.0-9A-Z-])|(?=key|value|new|old|current|confirm|hash|salt|str|text|raw|enc"
+        r"|v[0-9]|prod|admin|access|digest|data|b64|base64|hex))[\w.-]{0,64})?"
+        r"|token(?:[_.-]?(?:value|v\d+|str|string|secret))?)[\"']?[^\S\r\n]*[:=][^\S\r\n]*"
         r"(?P<quote>[\"'])?(?!\[REDACTED\])"
         r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)*"
         r"|(?:\{[^{}\r\n\"']{1,256}\}(?=;|$)"
-        r"|(?:[\w.-]+[ \t]*[:=][ \t]+)?[^\s,;&}\])\"'{\[(=][^\s,;&}\])\"']*)))"
+        r"|(?:[\w.-]+[^\S\r\n]*[:=][^\S\r\n]+)?[^\s,;&}\])\"'{\[(=][^\s,;&}\])\"']*)))"
         r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])./>?!|&<]|$)|$))"
     ),
 )
@@ -259,7 +270,9 @@ def _views(text: str) -> Iterator[_View]:
 
 def _matches(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
     """The matches of ``pattern`` in ``text``, but a key whose suffix is about a secret: the scan
-    resumes after its suffix (the rest of the key may still name a secret)."""
+    resumes inside its value if quoted (a quoted value may hold a secret, and is read again only
+    once), else after it (an unquoted value runs to the next space: read again from every key in
+    it, hostile text would cost the square of its length)."""
     if "suffix" not in pattern.groupindex:
         yield from pattern.finditer(text)
         return
@@ -267,7 +280,7 @@ def _matches(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
     while (match := pattern.search(text, position)) is not None:
         suffix = match.group("suffix")
         if suffix and _about_a_secret(suffix):
-            position = match.end("suffix")
+            position = match.start("value") if match.group("quote") else match.end()
             continue
         yield match
         position = match.end()

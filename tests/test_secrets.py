@@ -384,7 +384,14 @@ def test_false_positive_rate_on_benign_text_is_measured_and_low() -> None:
         "secretkey=hunter2x",
         "password_hash=hunter2x",
         "SECRET_KEY_FOR_THE_PRODUCTION_DATABASE_CLUSTER_EU_WEST=hunter2x",
+        "PASSWORD_RESET_TOKEN_V2=hunter2x",  # a secret's name after the word about one
+        "SECRET_NAME_PASSWORD_1=hunter2x",
+        "passwordadmin=hunter2x",
+        "password:\xa0hunter2x",  # a no-break space, as text pasted from a web page has
+        '{"password_policy": "password=hunter2x"}',  # inside the value of a key about a secret
         "jwt_eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJodW50ZXIyeCJ9.abc123",
+        "my_refresh_jwt_eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJodW50ZXIyeCJ9.abc123",
+        "--eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJodW50ZXIyeCJ9.abc123",
     ],
 )
 def test_a_secret_under_a_key_with_a_suffix_is_masked(text: str) -> None:
@@ -413,7 +420,21 @@ def test_text_about_a_secret_is_left_alone(text: str) -> None:
     assert default_redactor(text) == text
 
 
-@pytest.mark.parametrize("unit", ["pwd.", "secret_", "api-key-", "credential-", "eyJ_", "://:", "sig="])
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "pwd.",
+        "secret_",
+        "api-key-",
+        "credential-",
+        "eyJ_",
+        "jwt_eyJ",
+        "://:",
+        "sig=",
+        "secret_name=",
+        "x_api_key_id=",
+    ],
+)
 def test_scanning_hostile_text_costs_time_in_proportion_to_its_length(unit: str) -> None:
     """A text repeating the start of a pattern (a model's output can be anything) is scanned in
     time that grows with its length, not its square: 4 times the text costs about 4 times the
