@@ -71,6 +71,11 @@ separator (``my_jwt_eyJ...``, ``Bearer-eyJ...``, within 64 characters). A scan s
 a run of token characters starts: from each "eyJ" of "eyJ_eyJ_..." it would rerun to the run's
 end."""
 
+_SECRET_IN_NAME = (
+    r"(?i:password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|credential)"
+)
+"""A secret's name inside an entry's name (``DB_PASSWORD``, ``api-token``)."""
+
 DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # PEM private-key blocks and PGP private-key blocks; one cut by a size cap is masked to its end
     re.compile(
@@ -112,6 +117,22 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # credentials given on a command line or in a .netrc: "--password x", "login u password x"
     re.compile(r"--(?:password|passwd|token|api-key|apikey|secret|client-secret)[ \t]+(?P<value>[^\s-]\S*)"),
     re.compile(r"login[ \t]+\S+\s+password[ \t]+(?P<value>[^\s-]\S*)"),
+    # an XML element named for a secret (<password>x</password>, <ns:ApiKey>x</ns:ApiKey>)
+    re.compile(
+        r"<(?:[\w.-]{1,32}:)?(?i:password|passwd|passphrase|secret|client[_-]?secret|api[_-]?key|apikey|"
+        r"access[_-]?key|private[_-]?key|token|access[_-]?token|refresh[_-]?token|credentials?)>"
+        r"(?P<value>[^<\s][^<\r\n]{0,255})<"
+    ),
+    # a name/value pair whose name names a secret: Kubernetes env entries, in JSON and in YAML
+    # ({"name": "DB_PASSWORD", "value": "x"}; "- name: DB_PASSWORD" then "value: x")
+    re.compile(
+        r"\"name\"[^\S\r\n]*:[^\S\r\n]*\"[\w.-]{0,64}" + _SECRET_IN_NAME + r"[\w.-]{0,64}\"[^\S\r\n]*,"
+        r"[^\S\r\n]*\"value\"[^\S\r\n]*:[^\S\r\n]*\"(?P<value>(?:[^\"\\\r\n]|\\.)*)\""
+    ),
+    re.compile(
+        r"name:[^\S\r\n]*[\"']?[\w.-]{0,64}" + _SECRET_IN_NAME + r"[\w.-]{0,64}[\"']?[^\S\r\n]*\r?\n"
+        r"[^\S\r\n]*value:[^\S\r\n]*[\"']?(?P<value>[^\s\"']+)"
+    ),
     # AWS access key ids, with a secret access key that follows within a few separators
     re.compile(
         r"(?=A)" + _START + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])"

@@ -208,6 +208,13 @@ SECRETS: tuple[Callable[[], Secret], ...] = (
     _labelled("honeycomb-header", "x-honeycomb-team: {}", lambda: _random(ALNUM, 32)),
     _labelled("signoz-ingestion-key", "signoz-ingestion-key: {}", lambda: _random(ALNUM, 36)),
     _labelled("authorization-pair", "('Authorization', 'Token {}')", lambda: _random(ALNUM, 40)),
+    _labelled("xml-password", "<config><password>{}</password></config>", lambda: _random(ALNUM, 16)),
+    _labelled(
+        "kubernetes-env-json",
+        '{{"env": [{{"name": "DB_PASSWORD", "value": "{}"}}]}}',
+        lambda: _random(ALNUM, 20),
+    ),
+    _labelled("kubernetes-env-yaml", "env:\n  - name: API_TOKEN\n    value: {}", lambda: _random(ALNUM, 24)),
     _labelled(
         "gcs-signed-url",
         "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature={}",
