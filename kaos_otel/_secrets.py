@@ -42,10 +42,14 @@ _SUFFIX_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 """The words of a key's suffix: split at separators and camelCase (``KeyRef``: ``Key``, ``Ref``)."""
 
 
-_SECRET_WORD = re.compile(
-    r"(?i)password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey|private[_-]?key|"
-    r"access[_-]?key|account[_-]?key|credential"
+_SECRET_NAMES = (
+    r"password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|private[_-]?key|access[_-]?key|"
+    r"account[_-]?key|credential"
 )
+"""The names a key holds when its value is a secret (and ``token``, which key=value pairs read
+apart: ``max_tokens`` is no secret), as regex alternatives for the patterns below."""
+
+_SECRET_WORD = re.compile(rf"(?i){_SECRET_NAMES}|token")
 """A secret's name anywhere in a key."""
 
 
@@ -71,10 +75,8 @@ separator (``my_jwt_eyJ...``, ``Bearer-eyJ...``, within 64 characters). A scan s
 a run of token characters starts: from each "eyJ" of "eyJ_eyJ_..." it would rerun to the run's
 end."""
 
-_SECRET_IN_NAME = (
-    r"(?i:password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|credential)"
-)
-"""A secret's name inside an entry's name (``DB_PASSWORD``, ``api-token``)."""
+_SECRET_IN_NAME = rf"(?i:{_SECRET_NAMES}|token)"
+"""A secret's name inside an entry's or an element's name (``DB_PASSWORD``, ``api-token``)."""
 
 DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # PEM private-key blocks and PGP private-key blocks; one cut by a size cap is masked to its end
@@ -119,8 +121,7 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"login[ \t]+\S+\s+password[ \t]+(?P<value>[^\s-]\S*)"),
     # an XML element named for a secret (<password>x</password>, <ns:ApiKey>x</ns:ApiKey>)
     re.compile(
-        r"<(?:[\w.-]{1,32}:)?(?i:password|passwd|passphrase|secret|client[_-]?secret|api[_-]?key|apikey|"
-        r"access[_-]?key|private[_-]?key|token|access[_-]?token|refresh[_-]?token|credentials?)>"
+        r"<(?:[\w.-]{1,32}:)?[\w-]{0,32}" + _SECRET_IN_NAME + r"s?>"
         r"(?P<value>[^<\s][^<\r\n]{0,255})<"
     ),
     # a name/value pair whose name names a secret: Kubernetes env entries, in JSON and in YAML
@@ -175,8 +176,7 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # (Pwd={a;b};); any other is not a structure ({, [, () and is masked with a label it may start
     # with ("credentials: password: ...", "passwords: wifi: ...")
     re.compile(
-        r"(?i)(?=[pasct])(?:(?:password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|"
-        r"private[_-]?key|access[_-]?key|account[_-]?key|credential)s?"
+        r"(?i)(?=[pasct])(?:(?:" + _SECRET_NAMES + r")s?"
         r"(?P<suffix>(?:(?-i:[_.0-9A-Z-])|(?=key|value|new|old|current|confirm|hash|salt|str|text|raw|enc"
         r"|v[0-9]|prod|admin|access|digest|data|b64|base64|hex))[\w.-]{0,64})?"
         r"|token(?:[_.-]?(?:value|v\d+|str|string|secret))?)[\"']?[^\S\r\n]*[:=][^\S\r\n]*"
@@ -187,6 +187,21 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])./>?!|&<]|$)|$))"
     ),
 )
+
+_REQUIRED_TEXT = {_JWT: "eyJ"}
+"""Text every match of a pattern holds, for a pattern that may start at any word: a view without
+it is not scanned by that pattern."""
+
+_SCANS = tuple(
+    (
+        pattern,
+        "value" if "value" in pattern.groupindex else 0,  # the part masked
+        "suffix" in pattern.groupindex,  # keys whose suffix may be about a secret (_matches)
+        _REQUIRED_TEXT.get(pattern, ""),
+    )
+    for pattern in DEFAULT_SECRET_PATTERNS
+)
+"""Each pattern with what the scan needs to know of it, worked out once."""
 
 SECRET_KEY_NAME = re.compile(
     r"(?i)(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|"
@@ -289,12 +304,12 @@ def _views(text: str) -> Iterator[_View]:
             yield decoded
 
 
-def _matches(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
-    """The matches of ``pattern`` in ``text``, but a key whose suffix is about a secret: the scan
-    resumes inside its value if quoted (a quoted value may hold a secret, and is read again only
-    once), else after it (an unquoted value runs to the next space: read again from every key in
-    it, hostile text would cost the square of its length)."""
-    if "suffix" not in pattern.groupindex:
+def _matches(pattern: re.Pattern[str], text: str, about_suffix: bool) -> Iterator[re.Match[str]]:
+    """The matches of ``pattern`` in ``text``; with ``about_suffix``, but a key whose suffix is
+    about a secret: the scan resumes inside its value if quoted (a quoted value may hold a secret,
+    and is read again only once), else after it (an unquoted value runs to the next space: read
+    again from every key in it, hostile text would cost the square of its length)."""
+    if not about_suffix:
         yield from pattern.finditer(text)
         return
     position = 0
@@ -313,11 +328,10 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
     for view in _views(text):
         if not _QUICK_CHECK.search(view.text.casefold()):
             continue
-        for pattern in DEFAULT_SECRET_PATTERNS:
-            if pattern is _JWT and "eyJ" not in view.text:  # it may start anywhere: a word first
+        for pattern, group, about_suffix, required in _SCANS:
+            if required not in view.text:
                 continue
-            group = "value" if "value" in pattern.groupindex else 0
-            for match in _matches(pattern, view.text):
+            for match in _matches(pattern, view.text, about_suffix):
                 start, end = match.span(group)
                 if end > start:
                     spans.append(view.original_span(start, end))
