@@ -311,6 +311,8 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
 
 def safe_str(value: object) -> str:
     """``str(value)``, or a placeholder naming its type when ``str()`` raises."""
+    if type(value) is str:
+        return value
     try:
         return str(value)
     except Exception:

@@ -146,11 +146,6 @@ class CleanedResource:
         return cleaned
 
 
-def _text(name: object) -> str:
-    """A span or event name as text: the API takes any object (even one whose ``str()`` raises)."""
-    return name if isinstance(name, str) else safe_str(name)
-
-
 class _RequestFailed(Exception):
     """An export request failed: the rest of the batch is not sent."""
 
@@ -243,12 +238,12 @@ class SanitizingSpanExporter(SpanExporter):
         status = span.status
         if status.description:
             status = Status(status.status_code, policy.clean_text(status.description))
-        name = policy.clean_text(_text(span.name))
+        name = policy.clean_text(safe_str(span.name))  # the API takes any object as a name
         attributes = policy.clean_attributes(span.attributes)
         size = _SPAN_OVERHEAD_BYTES + len(name) + _attributes_size(attributes)
         events: list[Event] = []
         for event in span.events:
-            event_name = policy.clean_text(_text(event.name))
+            event_name = policy.clean_text(safe_str(event.name))
             event_attributes = policy.clean_attributes(event.attributes)
             size += 24 + len(event_name) + _attributes_size(event_attributes)
             events.append(Event(event_name, event_attributes, event.timestamp))
