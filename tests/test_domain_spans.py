@@ -162,6 +162,15 @@ def test_failures_and_cancellation_outcomes(make_otel: MakeOtel, otlp_receiver: 
     assert job.status_code == "UNSET"  # a cancellation is not an error
 
 
+class Unprintable(Exception):
+    """An exception (or any value) whose ``str()`` and ``repr()`` raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    __repr__ = __str__
+
+
 def test_helpers_given_strings_or_bad_values_record_what_they_can_and_never_raise(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:
@@ -185,10 +194,6 @@ def test_helpers_given_strings_or_bad_values_record_what_they_can_and_never_rais
     wrong: dict[str, Any] = {"operation": None, "scope": "nowhere", "attributes": [("k", "v")]}
     with otel.memory_operation("no_tier", **wrong):  # logged, not raised; the span still exports
         pass
-
-    class Unprintable:
-        def __repr__(self) -> str:
-            raise RuntimeError("no repr")
 
     no_repr: dict[str, Any] = {"operation": Unprintable(), "scope": Unprintable()}
     with otel.memory_operation(MemoryTier.LONG_TERM, **no_repr):
@@ -256,15 +261,6 @@ def test_names_of_every_kind_are_bounded_in_span_names_and_never_raise(
 
     assert otlp_receiver.wait_for(lambda r: sum(int(p.value or 0) for p in requests(r)) == 2, 10)
     assert {p.attributes[catalog.GEN_AI_AGENT_NAME] for p in requests(otlp_receiver)} == {"_other"}
-
-
-class Unprintable(Exception):
-    """An exception (or any value) whose ``str()`` and ``repr()`` raise."""
-
-    def __str__(self) -> str:
-        raise RuntimeError("no str")
-
-    __repr__ = __str__
 
 
 def test_values_that_cannot_be_printed_raise_nothing_and_lose_no_other_span(

@@ -161,8 +161,8 @@ class MemoryService:
     async def start(self) -> None:
         """Create the tables and load the long-term tier; failures degrade, they do not stop the agent."""
         await self._in_thread("schema creation", None, None, self.relational.ensure_schema)
-        if self.long_term is not None and not await self._in_thread(
-            "long-term load", None, False, _returning_true(self.long_term.load), self._long_term_thread
+        if self.long_term is not None and not await self._in_long_term_thread(
+            "long-term load", False, _returning_true(self.long_term.load)
         ):
             self.long_term = None
 
@@ -203,12 +203,8 @@ class MemoryService:
         facts: list[str] = []
         if self.long_term is not None and query:
             long_term = self.long_term  # mem0 is traced by Mem0Instrumentor (its own span)
-            facts = await self._in_thread(
-                "long-term search",
-                None,
-                [],
-                lambda: long_term.search(owner, scope, query, RECALL_FACTS),
-                self._long_term_thread,
+            facts = await self._in_long_term_thread(
+                "long-term search", [], lambda: long_term.search(owner, scope, query, RECALL_FACTS)
             )
         return Recall(tuple(turns), tuple(summaries), tuple(facts)).within(self.recall_tokens)
 
@@ -251,12 +247,8 @@ class MemoryService:
             if count is None:
                 forgotten.degraded.append(tier.value)
         if self.long_term is not None:
-            facts = await self._in_thread(
-                "long-term forget",
-                None,
-                None,
-                partial(self.long_term.delete, owner, scope),
-                self._long_term_thread,
+            facts = await self._in_long_term_thread(
+                "long-term forget", None, partial(self.long_term.delete, owner, scope)
             )
             forgotten.deleted[MemoryTier.LONG_TERM.value] = facts
             if facts is None:
@@ -287,8 +279,9 @@ class MemoryService:
         facts = [turn for turn in compaction.folded if turn.role == "user"]
 
         async def extract() -> None:
-            add = partial(long_term.add, owner, facts)
-            stored = await self._in_thread("long-term extraction", None, None, add, self._long_term_thread)
+            stored = await self._in_long_term_thread(
+                "long-term extraction", None, partial(long_term.add, owner, facts)
+            )
             outcome = Outcome.DEGRADED if stored is None else Outcome.SUCCESS
             self._otel.record_extraction_lag(self.agent, time.perf_counter() - compacted_at, outcome)
 
@@ -333,6 +326,11 @@ class MemoryService:
                 op.record_exception(exc)
                 op.set_outcome(Outcome.DEGRADED, type(exc).__name__)
             return fallback
+
+    async def _in_long_term_thread(self, what: str, fallback: T, call: Callable[[], T]) -> T:
+        """A Mem0 call on the long-term thread (traced by Mem0's instrumentation, subject to the
+        demo's faults inside Mem0): degraded to ``fallback`` on failure, as :meth:`_in_thread`."""
+        return await self._in_thread(what, None, fallback, call, self._long_term_thread)
 
 
 def _returning_true(call: Callable[[], object]) -> Callable[[], bool]:
