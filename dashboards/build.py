@@ -956,16 +956,15 @@ def grafana_targets(query: Query, *, stat: bool) -> list[JsonObj]:
         whole = f"sum{_by(query.by)} ({func}({within}[{window}]))"
         expr = zero_filled_ratio(f"sum{_by(query.by)} ({func}({part}[{window}]))", whole, "100 * ")
         return [{"expr": expr, "legendFormat": legend or "%", "refId": "A"}]
-    if isinstance(query, Rate):
-        name = spec.prometheus.removesuffix("_total") + f"_{query.part}" if query.part else spec.prometheus
-        series = _prom_selector(query.metric, query.where, name)
-        return [
-            {"expr": f"sum{_by(query.by)} (rate({series}[{window}]))", "legendFormat": legend, "refId": "A"}
-        ]
-    series = _prom_selector(query.metric, query.where, spec.prometheus)
-    return [
-        {"expr": f"sum{_by(query.by)} (increase({series}[{window}]))", "legendFormat": legend, "refId": "A"}
-    ]
+    func = "rate" if isinstance(query, Rate) else "increase"
+    name = spec.prometheus
+    if isinstance(query, Rate) and query.part:
+        name = spec.prometheus.removesuffix("_total") + f"_{query.part}"
+    expr = f"sum{_by(query.by)} ({func}({_prom_selector(query.metric, query.where, name)}[{window}]))"
+    if query.where:  # e.g. outcome="degraded": 0 for the groups with traffic, not "No data"
+        whole = _prom_selector(query.metric, (), name)
+        expr = f"{expr}\nor 0 * sum{_by(query.by)} ({func}({whole}[{window}]))"
+    return [{"expr": expr, "legendFormat": legend, "refId": "A"}]
 
 
 def grafana_dashboard() -> JsonObj:

@@ -26,6 +26,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry, start_http_server
+from test_e2e_backends import grafana_expressions
 
 from kaos_otel import AgentTelemetry, MemoryScope, MemoryTier, Outcome, catalog, metric_views
 from kaos_otel.catalog import MetricSpec
@@ -211,3 +212,25 @@ def test_catalog_prometheus_names_match_a_real_prometheus(prometheus_url: str, t
     assert catalog.prometheus_label(catalog.ERROR_TYPE) in label_names(
         prometheus_url, f"{duration.prometheus}_count"
     )
+
+
+def instant_query(base: str, expr: str) -> list[dict[str, Any]]:
+    """The series an instant query returns."""
+    answer = get_json(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
+    assert answer["status"] == "success", (expr, answer)
+    result: list[dict[str, Any]] = answer["data"]["result"]
+    return result
+
+
+def test_every_grafana_panel_has_a_series_for_what_was_recorded(prometheus_url: str, tmp_path: Path) -> None:
+    """A panel filtered to an outcome nothing had (``degraded``) shows 0, not "No data"."""
+    wait_for_target_up(prometheus_url, tmp_path / "prometheus.log")
+    requests = catalog.METRICS_BY_NAME[catalog.KAOS_REQUESTS].prometheus
+    deadline = time.monotonic() + SCRAPE_TIMEOUT_S
+    while not instant_query(prometheus_url, f"count_over_time({requests}[1m]) >= 2"):  # rate() needs 2
+        assert time.monotonic() < deadline, "Prometheus did not scrape the SDK twice"
+        time.sleep(0.25)
+    empty = [
+        (title, expr) for title, expr in grafana_expressions("1m") if not instant_query(prometheus_url, expr)
+    ]
+    assert empty == [], f"panels without a series: {empty}"
