@@ -495,6 +495,41 @@ def test_uninstrument_restores_mem0_exactly(
     after.close()
 
 
+def test_a_method_bound_while_instrumented_traces_nothing_after_uninstrument(
+    instrumentor: Mem0Instrumentor, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """Agent frameworks keep bound methods as tools; one kept across ``uninstrument()`` must not
+    put proxies back, nor send a later manager's child spans to the earlier one."""
+    first_receiver, second_receiver = OtlpReceiver().start(), OtlpReceiver().start()
+    first, second = _manager(first_receiver), _manager(second_receiver)
+    try:
+        memory = make_memory("sync", model_server, tmp_path)
+        store = memory.vector_store
+        instrumentor.instrument(telemetry=first, child_spans=True)
+        tool = memory.get_all
+        tool(filters={"user_id": "alice"})
+        instrumentor.uninstrument()
+        tool(filters={"user_id": "alice"})
+        assert memory.vector_store is store, "no proxy put back by the kept method"
+
+        instrumentor.instrument(telemetry=second, child_spans=True)
+        memory.search("blue", filters={"user_id": "alice"})
+        instrumentor.uninstrument()
+        assert memory.vector_store is store
+
+        assert len(mem0_spans(flushed(first, first_receiver))) == 1, "the call after uninstrument is untraced"
+        assert [s.name for s in first_receiver.spans()].count("list mem0") == 1, "one child span, then none"
+        (search,) = mem0_spans(flushed(second, second_receiver))
+        assert {s.name for s in children(second_receiver, search)} >= {"search mem0"}
+        assert not [s for s in first_receiver.spans() if s.name.startswith("search")]
+        memory.close()
+    finally:
+        first.shutdown()
+        second.shutdown()
+        first_receiver.stop()
+        second_receiver.stop()
+
+
 def test_suppressed_instrumentation_records_nothing(
     otel: KaosOtelManager,
     instrumented: Mem0Instrumentor,
@@ -585,6 +620,11 @@ async def test_fifty_concurrent_async_operations_are_parented_correctly(
         ({"filters": {"agent_id": "a"}}, MemoryScope.AGENT, {AGENT: "a"}),
         ({"filters": {"user_id": 42, "run_id": ""}}, MemoryScope.USER, {catalog.USER_ID: "42"}),
         ({"filters": {"user_id": {"in": ["a", "b"]}, "agent_id": True}}, MemoryScope.STORE, {}),
+        (  # mem0 reads "*" as any value: the search spans all of u's agents
+            {"filters": {"user_id": "u", "agent_id": "*"}},
+            MemoryScope.USER,
+            {catalog.USER_ID: "u"},
+        ),
     ],
 )
 def test_scope_and_ids(bound: dict[str, Any], scope: MemoryScope, ids: dict[str, str]) -> None:

@@ -61,8 +61,16 @@ def _configured_provider(instance: object, kind: str, component: object) -> str 
 class TracedComponent(wrapt.ObjectProxy):  # type: ignore[type-arg]
     """A Mem0 component whose traced methods become child spans of the memory operation."""
 
-    def __init__(self, wrapped: Any, telemetry: AgentTelemetry, kind: str, provider: str | None) -> None:
+    def __init__(
+        self,
+        wrapped: Any,
+        tracer: ComponentTracer,
+        telemetry: AgentTelemetry,
+        kind: str,
+        provider: str | None,
+    ) -> None:
         super().__init__(wrapped)
+        self._self_tracer = tracer
         self._self_telemetry = telemetry
         self._self_kind = kind
         self._self_provider = provider
@@ -104,36 +112,49 @@ class TracedComponent(wrapt.ObjectProxy):  # type: ignore[type-arg]
 
 
 class ComponentTracer:
-    """Installs :class:`TracedComponent` proxies on memory instances and removes them all again."""
+    """Installs :class:`TracedComponent` proxies on memory instances and removes them all again.
+
+    Once uninstalled it installs nothing more, and it never removes another tracer's proxies: a
+    method bound while instrumented and called after ``uninstrument()``, or a later
+    ``instrument()`` with another manager, cannot leave proxies that feed the wrong manager.
+    """
 
     def __init__(self, telemetry: AgentTelemetry) -> None:
         self._telemetry = telemetry
         self._lock = threading.Lock()
         self._instances: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._uninstalled = False
 
     def install(self, instance: object) -> None:
-        """Proxy the instance's components that are not proxied yet (new or reassigned ones)."""
+        """Proxy the instance's components that this tracer has not proxied yet (new or reassigned
+        ones, or ones an earlier tracer's proxy still wraps)."""
         attributes = vars(instance)
-        installed = False
-        for attribute, kind in _COMPONENTS:
-            component = attributes.get(attribute)
-            if component is None or type(component) is TracedComponent:
-                continue
-            provider = _configured_provider(instance, kind, component)
-            setattr(instance, attribute, TracedComponent(component, self._telemetry, kind, provider))
-            installed = True
-        if installed:
-            with self._lock:
+        with self._lock:
+            if self._uninstalled:
+                return
+            for attribute, kind in _COMPONENTS:
+                component = attributes.get(attribute)
+                if component is None:
+                    continue
+                if type(component) is TracedComponent:
+                    if component._self_tracer is self:
+                        continue
+                    component = component.__wrapped__
+                provider = _configured_provider(instance, kind, component)
+                setattr(
+                    instance, attribute, TracedComponent(component, self, self._telemetry, kind, provider)
+                )
                 self._instances.add(instance)
 
     def uninstall(self) -> None:
-        """Put every original component back."""
+        """Put every original component back that this tracer proxied."""
         with self._lock:
+            self._uninstalled = True
             instances = list(self._instances)
             self._instances.clear()
         for instance in instances:
             attributes = vars(instance)
             for attribute, _ in _COMPONENTS:
                 component = attributes.get(attribute)
-                if type(component) is TracedComponent:
+                if type(component) is TracedComponent and component._self_tracer is self:
                     setattr(instance, attribute, component.__wrapped__)

@@ -117,13 +117,16 @@ def _memory_record(raw: object) -> dict[str, Any] | None:
 
 
 def scope_and_ids(bound: Bound) -> tuple[MemoryScope, dict[str, str]]:
-    """The scope a call was made at and its ids as span attributes, from arguments and ``filters``."""
+    """The scope a call was made at and its ids as span attributes, from arguments and ``filters``
+    (where mem0 reads ``"*"`` as any value: no id)."""
     filters = bound.get("filters")
     sources = (bound, filters) if isinstance(filters, Mapping) else (bound,)
     scope = MemoryScope.STORE
     ids: dict[str, str] = {}
     for key, attribute, key_scope in _SCOPE_IDS:
-        value = next((found for source in sources if (found := _entity_id(source.get(key)))), None)
+        value = next(
+            (found for source in sources if (found := _entity_id(source.get(key))) not in (None, "*")), None
+        )
         if value is not None:
             ids[attribute] = value
             if scope is MemoryScope.STORE:
@@ -137,6 +140,7 @@ class Mem0Tracing:
     def __init__(self, telemetry: AgentTelemetry, *, child_spans: bool = False) -> None:
         self._telemetry = telemetry
         self._components = ComponentTracer(telemetry) if child_spans else None
+        self._closed = False
 
     def wrapper(self, method: Method, original: Callable[..., Any]) -> Wrapper:
         """A ``wrapt`` wrapper for ``original`` (a coroutine function gets an async wrapper)."""
@@ -145,7 +149,9 @@ class Mem0Tracing:
         return self._sync_wrapper(method)
 
     def close(self) -> None:
-        """Remove the child-span proxies from every memory instance."""
+        """Stop tracing (a method bound before ``uninstrument()`` then runs untraced) and remove the
+        child-span proxies from every memory instance."""
+        self._closed = True
         if self._components is not None:
             self._components.uninstall()
 
@@ -191,7 +197,7 @@ class Mem0Tracing:
         self, method: Method, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[MemoryOperation, Bound] | None:
         """Begin the span (current until it ends); ``None`` when suppressed or on an internal error."""
-        if not is_instrumentation_enabled():
+        if self._closed or not is_instrumentation_enabled():
             return None
         try:
             bound = {**dict(zip(method.params, args, strict=False)), **kwargs}
