@@ -93,3 +93,11 @@ def test_a_service_name_given_in_code_that_cannot_apply_is_named(
     assert done.returncode == 0, done.stderr
     assert "keep their resource: service.name given here not applied" in done.stderr
 
+
+def test_an_app_that_does_not_use_mem0_does_not_load_it(tmp_path: Path) -> None:
+    """The mem0 instrumentor waits for the app's own import (mem0 is installed here)."""
+    assert importlib.util.find_spec("mem0"), "the mem0 extra is installed for the tests"
+    code = "import sys\nprint(sorted({name.split('.')[0] for name in sys.modules} & {'mem0', 'posthog'}))\n"
+    done = run_instrumented(tmp_path, code, OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

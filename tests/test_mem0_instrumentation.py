@@ -6,8 +6,10 @@ import asyncio
 import importlib.metadata
 import json
 import logging
+import os
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from mem0_support import (
 from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
+import kaos_otel.instrumentation.mem0 as mem0_instrumentation
 from kaos_otel import AgentTelemetry, KaosOtelManager, MemoryOperation, MemoryScope, catalog
 from kaos_otel._config import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 from kaos_otel.instrumentation.mem0 import Mem0Instrumentor
@@ -634,8 +637,99 @@ def test_scope_and_ids(bound: dict[str, Any], scope: MemoryScope, ids: dict[str,
 def test_entry_point_and_dependencies() -> None:
     (entry_point,) = importlib.metadata.entry_points(group="opentelemetry_instrumentor", name="mem0")
     assert entry_point.load() is Mem0Instrumentor
-    assert tuple(Mem0Instrumentor().instrumentation_dependencies()) == ("mem0ai >= 2.0",)
+    assert tuple(Mem0Instrumentor().instrumentation_dependencies()) == ("mem0ai >= 2.2, < 3",)
     assert get_dependency_conflicts(Mem0Instrumentor().instrumentation_dependencies()) is None
+
+
+def test_instrument_waits_for_the_application_to_import_mem0() -> None:
+    """Under ``opentelemetry-instrument`` every process instruments: one that never uses mem0 must
+    not load it (4 s, PostHog started before the app could set ``MEM0_TELEMETRY=False``)."""
+    probe = textwrap.dedent(
+        """
+        import os, sys
+        from kaos_otel.instrumentation.mem0 import Mem0Instrumentor
+
+        instrumentor = Mem0Instrumentor()
+        instrumentor.instrument()
+        loaded = sorted(name for name in sys.modules if name.split(".")[0] == "mem0")
+        os.environ["MEM0_TELEMETRY"] = "False"  # the app's own setting, before its import
+        from mem0 import AsyncMemory, Memory
+        from mem0.memory import telemetry
+
+        wrapped = [type(vars(cls)["add"]).__name__ for cls in (Memory, AsyncMemory)]
+        instrumentor.uninstrument()
+        restored = [type(vars(cls)["add"]).__name__ for cls in (Memory, AsyncMemory)]
+        instrumentor.instrument()
+        again = type(vars(Memory)["add"]).__name__
+        print(loaded, wrapped, restored, again, telemetry.MEM0_TELEMETRY)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=_without_mem0_setting()
+    )
+    assert done.stdout.split() == [
+        "[]",
+        "['FunctionWrapper',",
+        "'FunctionWrapper']",
+        "['function',",
+        "'function']",
+        "FunctionWrapper",
+        "False",
+    ], done.stderr
+
+
+def test_uninstrument_before_mem0_is_imported_leaves_it_unwrapped() -> None:
+    probe = (
+        "from kaos_otel.instrumentation.mem0 import Mem0Instrumentor; i = Mem0Instrumentor(); "
+        "i.instrument(); i.uninstrument(); from mem0 import Memory; print(type(vars(Memory)['add']).__name__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**_without_mem0_setting(), "MEM0_TELEMETRY": "False"},
+    )
+    assert done.stdout.strip() == "function", done.stderr
+
+
+def _without_mem0_setting() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name != "MEM0_TELEMETRY"}
+
+
+def test_a_mem0_without_a_covered_method_is_left_as_it_was(
+    otel: KaosOtelManager,
+    instrumentor: Mem0Instrumentor,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class FutureMemory:  # a release that dropped ``reset``
+        def add(self) -> str:
+            return "added"
+
+    class FutureAsyncMemory(FutureMemory):
+        pass
+
+    monkeypatch.setattr(mem0_instrumentation, "_memory_classes", lambda: (FutureMemory, FutureAsyncMemory))
+    instrumentor.instrument(telemetry=otel)
+    assert type(vars(FutureMemory)["add"]).__name__ == "function", "all methods or none"
+    assert "lacks" in caplog.text
+    instrumentor.uninstrument()
+    assert type(vars(FutureMemory)["add"]).__name__ == "function"
+
+
+def test_an_unsupported_mem0_is_not_wrapped_under_opentelemetry_instrument(
+    otel: KaosOtelManager,
+    instrumentor: Mem0Instrumentor,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``opentelemetry-instrument`` calls ``instrument(skip_dep_check=True)``: the check is ours."""
+    original = vars(Memory)["add"]
+    monkeypatch.setattr(Mem0Instrumentor, "instrumentation_dependencies", lambda self: ("mem0ai >= 99",))
+    instrumentor.instrument(telemetry=otel, skip_dep_check=True)
+    assert vars(Memory)["add"] is original
+    assert "mem0ai >= 99" in caplog.text
 
 
 def test_network_guard_blocks_remote_hosts(no_network: NetworkGuard) -> None:
@@ -657,5 +751,7 @@ def test_importing_the_offline_setup_leaves_the_root_logger_alone() -> None:
         "import kaos_otel.instrumentation.mem0.offline; "
         "print(logging.getLevelName(root.level), len(root.handlers))"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=_without_mem0_setting()
+    )
     assert done.stdout.split() == ["WARNING", "0"]

@@ -40,19 +40,25 @@ written), ``kaos.memory.scope`` (``session`` for a ``run_id``, else ``agent`` fo
 (``gen_ai.memory.records``) are recorded only with content capture on. A failing mem0 call
 ends its span as an error and the original exception propagates unchanged.
 
-Set ``MEM0_TELEMETRY=False`` in the environment before mem0 is imported, or mem0 starts its
-own PostHog telemetry; :mod:`kaos_otel.instrumentation.mem0.offline` has a configuration that
-needs no network at all.
+``instrument()`` does not import mem0: until the application imports it, the wrapping waits
+for that import, so an app that never uses mem0 (under ``opentelemetry-instrument`` too) never
+loads it. Set ``MEM0_TELEMETRY=False`` in the environment before mem0 is imported, or mem0
+starts its own PostHog telemetry; :mod:`kaos_otel.instrumentation.mem0.offline` has a
+configuration that needs no network at all.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
+import threading
 from collections.abc import Collection
 from typing import Any
 
+import wrapt
+from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
-from wrapt import wrap_function_wrapper
 
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy
@@ -61,6 +67,11 @@ from kaos_otel.instrumentation.mem0._wrappers import METHODS, Mem0Tracing
 from kaos_otel.instrumentation.mem0.package import _instruments
 
 __all__ = ["Mem0Instrumentor"]
+
+_log = logging.getLogger(__name__)
+_MEM0_MAIN = "mem0.memory.main"
+_hook_lock = threading.Lock()
+_hook_registered = False
 
 
 def _memory_classes() -> tuple[type[Any], type[Any]]:
@@ -83,29 +94,67 @@ def _telemetry_from_providers(kwargs: dict[str, Any]) -> AgentTelemetry:
     )
 
 
+def _on_mem0_import(module: object) -> None:
+    """Wrap mem0 now that the application imported it, if an ``instrument()`` is waiting for it."""
+    Mem0Instrumentor()._wrap_waiting()
+
+
 class Mem0Instrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Traces and measures Mem0 memory operations; ``uninstrument()`` restores mem0 as it was."""
 
     _tracing: Mem0Tracing | None = None
+    _wrapped = False
 
     def instrumentation_dependencies(self) -> Collection[str]:
         """The mem0ai versions supported."""
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
+        # opentelemetry-instrument skips this check (kaos-otel has no ``instruments`` extra).
+        conflict = get_dependency_conflicts(self.instrumentation_dependencies())
+        if conflict is not None:
+            _log.warning("mem0 not instrumented: %s", conflict)
+            return
         telemetry = kwargs.get("telemetry")
         if not isinstance(telemetry, AgentTelemetry):
             telemetry = _telemetry_from_providers(kwargs)
-        tracing = Mem0Tracing(telemetry, child_spans=bool(kwargs.get("child_spans", False)))
-        for cls in _memory_classes():
-            for method in METHODS:
-                wrap_function_wrapper(cls, method.name, tracing.wrapper(method, getattr(cls, method.name)))
-        self._tracing = tracing
+        self._tracing = Mem0Tracing(telemetry, child_spans=bool(kwargs.get("child_spans", False)))
+        if _MEM0_MAIN in sys.modules:
+            self._wrap_waiting()
+        else:
+            _wait_for_mem0_import()
+
+    def _wrap_waiting(self) -> None:
+        """Wrap every covered method, or none (with a warning) if mem0 lacks one."""
+        tracing = self._tracing
+        if tracing is None or self._wrapped:
+            return
+        try:
+            originals = [
+                (cls, method, getattr(cls, method.name)) for cls in _memory_classes() for method in METHODS
+            ]
+        except AttributeError as exc:
+            _log.warning("mem0 not instrumented: this mem0 version lacks %s", exc)
+            return
+        for cls, method, original in originals:
+            wrapt.wrap_function_wrapper(cls, method.name, tracing.wrapper(method, original))
+        self._wrapped = True
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        for cls in _memory_classes():
-            for method in METHODS:
-                unwrap(cls, method.name)
+        if self._wrapped:
+            for cls in _memory_classes():
+                for method in METHODS:
+                    unwrap(cls, method.name)
+            self._wrapped = False
         if self._tracing is not None:
             self._tracing.close()
             self._tracing = None
+
+
+def _wait_for_mem0_import() -> None:
+    """Have :func:`_on_mem0_import` run when mem0 is imported (registered once per process)."""
+    global _hook_registered
+    with _hook_lock:
+        if not _hook_registered:
+            wrapt.register_post_import_hook(_on_mem0_import, _MEM0_MAIN)
+            _hook_registered = True

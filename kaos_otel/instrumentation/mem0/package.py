@@ -1,3 +1,3 @@
 """The Mem0 versions this instrumentation supports."""
 
-_instruments = ("mem0ai >= 2.0",)
+_instruments = ("mem0ai >= 2.2, < 3",)
