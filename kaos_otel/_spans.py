@@ -20,7 +20,7 @@ from typing import Any, Self, TypeVar, cast
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel import catalog
@@ -195,8 +195,12 @@ class SpanHandle:
         except Exception as exc:
             internal_error("ending a span", exc)
         finally:
-            span.end()
-            self._restore_context()
+            try:
+                span.end()  # runs the span processors' on_end: the application's own ones too
+            except Exception as exc:
+                internal_error("ending a span", exc)
+            finally:
+                self._restore_context()
 
     def _restore_context(self) -> None:
         """If this span's context is current here, restore the one current when it began.
@@ -280,14 +284,22 @@ class SpanFactory:
         handle_type: type[SpanHandle],
         previous: Context | None,
     ) -> SpanHandle:
-        """Start a span under ``parent_context``, already resolved by :func:`live_context`."""
-        span = self._tracer.start_span(
-            name,
-            context=parent_context,
-            kind=kind,
-            attributes=to_attributes(attributes, self._policy) if attributes else None,
-            links=links,
-        )
+        """Start a span under ``parent_context``, already resolved by :func:`live_context`.
+
+        Should the tracer raise (a span processor's ``on_start``), the handle holds a non-recording
+        span in the parent's place, so the caller's code and its children carry on.
+        """
+        try:
+            span = self._tracer.start_span(
+                name,
+                context=parent_context,
+                kind=kind,
+                attributes=to_attributes(attributes, self._policy) if attributes else None,
+                links=links,
+            )
+        except Exception as exc:
+            internal_error("starting a span", exc)
+            span = NonRecordingSpan(trace.get_current_span(parent_context).get_span_context())
         return handle_type(span, parent_context, self._policy, on_end, previous)
 
     def begin(

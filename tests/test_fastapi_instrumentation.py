@@ -20,7 +20,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from net_support import free_port
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -275,3 +277,67 @@ def test_gunicorn_with_uvicorn_workers_flushes_on_sigterm(
     ]  # fmt: skip
     _serve_then_sigterm(command, port, otlp_receiver, tmp_path)
     _assert_exported_once(otlp_receiver)
+
+
+class BrokenSpanProcessor(SpanProcessor):
+    """An application's span processor that raises when a span starts or ends."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if self.where == "on_start":
+            raise RuntimeError("span processor broken")
+
+    def on_end(self, span: Any) -> None:
+        if self.where == "on_end":
+            raise RuntimeError("span processor broken")
+
+
+class AppError(Exception):
+    """The application's own failure."""
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("where", ["on_start", "on_end"])
+def test_a_raising_span_processor_fails_no_request_and_replaces_no_exception(
+    where: str, make_otel: MakeOtel
+) -> None:
+    otel = make_otel()
+    provider = otel.tracer_provider
+    assert isinstance(provider, TracerProvider)
+    provider.add_span_processor(BrokenSpanProcessor(where))
+    raised = AppError("the app's own")
+
+    async def boom(request: Any) -> PlainTextResponse:
+        with otel.span("inner"):
+            raise raised
+
+    async def ok(request: Any) -> PlainTextResponse:
+        with otel.span("inner"):
+            return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/ok", ok), Route("/boom", boom)])
+    instrument_app(app, otel)
+    with TestClient(app) as client:
+        assert client.get("/ok").text == "ok"
+        with pytest.raises(AppError) as caught:
+            client.get("/boom")
+    assert caught.value is raised
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("where", ["on_start", "on_end"])
+def test_a_raising_span_processor_leaves_the_callers_context_as_it_was(
+    where: str, make_otel: MakeOtel
+) -> None:
+    otel = make_otel()
+    provider = otel.tracer_provider
+    assert isinstance(provider, TracerProvider)
+    provider.add_span_processor(BrokenSpanProcessor(where))
+    before = otel_context.get_current()
+    with otel.span("outer"):
+        with otel.span("inner") as inner:
+            pass
+        assert trace.get_current_span() is not inner.span, "an ended span is not current"
+    assert otel_context.get_current() is before

@@ -95,9 +95,14 @@ class TraceContextMiddleware:
         if _route_path(scope.get("path", ""), root_path) in self._excluded:
             await self.app(scope, receive, send)
             return
-        if not self._warned:
-            self._warn_if_doubled(scope)
-        handle = self._begin(scope)
+        try:
+            if not self._warned:
+                self._warn_if_doubled(scope)
+            handle = self._begin(scope)
+        except Exception as exc:  # telemetry never fails a request
+            internal_error("starting a server span", exc)
+            await self.app(scope, receive, send)
+            return
         status_code = 0
         completed = disconnected = False
 
