@@ -29,8 +29,10 @@ class KaosOtelManager(AgentTelemetry):
     global providers they are used as they are; otherwise this manager installs its own
     (``global_providers=False`` keeps them private). Python logging is bridged from the root
     logger when log records are exported, by a private manager too (``bridge_logging=False`` keeps
-    the app's records out of it). The providers and the export pipeline belong to
-    :attr:`pipeline`; the domain API is :class:`AgentTelemetry`'s.
+    the app's records out of it). The meter provider it builds exports kaos-otel's metrics only;
+    ``export_other_metrics=True`` exports every other meter's (the app's, other
+    instrumentations') as a plain SDK provider would, with their own labels. The providers and
+    the export pipeline belong to :attr:`pipeline`; the domain API is :class:`AgentTelemetry`'s.
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class KaosOtelManager(AgentTelemetry):
         redactor: Redactor = default_redactor,
         global_providers: bool = True,
         bridge_logging: bool = True,
+        export_other_metrics: bool = False,
     ) -> None:
         self.settings = TelemetrySettings.from_env(
             service_name=service_name,
@@ -72,7 +75,11 @@ class KaosOtelManager(AgentTelemetry):
             self.settings.capture_content, redactor, self.settings.attribute_value_length_limit
         )
         self.pipeline = ExportPipeline(
-            self.settings, policy, global_providers=global_providers, bridge_logging=bridge_logging
+            self.settings,
+            policy,
+            global_providers=global_providers,
+            bridge_logging=bridge_logging,
+            export_other_metrics=export_other_metrics,
         )
         parts = telemetry_parts(
             self.pipeline.tracer_provider,

@@ -71,17 +71,20 @@ SDK_METER_NAME = "opentelemetry-sdk"
 
 
 class CatalogMeterProvider(MeterProvider):
-    """The meter provider a manager hands out: kaos-otel's meters, and no one else's.
+    """The meter provider a manager hands out: kaos-otel's meters, and no one else's by default.
 
     Meters named in :data:`KAOS_METER_NAMES` come from ``provider`` (an SDK provider built with
     ``metric_views(drop_unlisted=False)``); any other library's meter is a no-op, so its
     instruments, label values unbounded, never reach an export, and a convention metric of a
     catalog name recorded by another instrumentation is not counted twice. This is what
     ``drop_unlisted`` does with a View, without a second aggregation of every kaos-otel record.
+    With ``other_meters=True`` (the ``opentelemetry-instrument`` distro) every other meter comes
+    from ``provider`` too and exports as on a plain SDK provider.
     """
 
-    def __init__(self, provider: SdkMeterProvider) -> None:
+    def __init__(self, provider: SdkMeterProvider, *, other_meters: bool = False) -> None:
         self.provider = provider
+        self.other_meters = other_meters
 
     def get_meter(
         self,
@@ -90,8 +93,8 @@ class CatalogMeterProvider(MeterProvider):
         schema_url: str | None = None,
         attributes: Attributes | None = None,
     ) -> Meter:
-        """The SDK meter for kaos-otel's meters, a no-op meter for every other name."""
-        if name in KAOS_METER_NAMES:
+        """The SDK meter for kaos-otel's meters (and others with ``other_meters``), else a no-op."""
+        if name in KAOS_METER_NAMES or self.other_meters:
             return self.provider.get_meter(
                 name, version=version, schema_url=schema_url, attributes=attributes
             )
@@ -100,9 +103,10 @@ class CatalogMeterProvider(MeterProvider):
         log_once(
             "foreign-meter",
             "kaos-otel: meter %r records nothing: the manager's meter provider exports kaos-otel's "
-            "metrics only. To export your own or other libraries' metrics too, install your own "
-            "MeterProvider (views=kaos_otel.metric_views(drop_unlisted=False) keeps kaos-otel's "
-            "buckets and label allow-lists) before creating the manager",
+            "metrics only. To export your own or other libraries' metrics too, create the manager "
+            "with export_other_metrics=True, or install your own MeterProvider "
+            "(views=kaos_otel.metric_views(drop_unlisted=False) keeps kaos-otel's buckets and label "
+            "allow-lists) before creating it",
             name,
             level=logging.WARNING,
         )

@@ -153,6 +153,7 @@ class ExportPipeline:
         *,
         global_providers: bool = True,
         bridge_logging: bool = True,
+        export_other_metrics: bool = False,
     ) -> None:
         self.settings = settings
         self.health = TelemetryHealth()
@@ -169,7 +170,7 @@ class ExportPipeline:
             return
         resource = build_resource(settings, policy)
         self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
-        self.meter_provider = self._meter_provider(resource, global_providers)
+        self.meter_provider = self._meter_provider(resource, global_providers, export_other_metrics)
         self.logger_provider = self._logger_provider(resource, policy, global_providers)
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
         for signal, provider in self._providers_by_signal().items():
@@ -315,13 +316,26 @@ class ExportPipeline:
             trace.set_tracer_provider(provider)
         return provider
 
-    def _meter_provider(self, resource: Resource, global_providers: bool) -> metrics.MeterProvider:
+    def _meter_provider(
+        self, resource: Resource, global_providers: bool, export_other_metrics: bool
+    ) -> metrics.MeterProvider:
         current = metrics.get_meter_provider()
         if global_providers and isinstance(
             current, MeterProvider | CatalogMeterProvider | metrics.NoOpMeterProvider
         ):
             sdk_provider = current.provider if isinstance(current, CatalogMeterProvider) else current
             if not _shut_down(sdk_provider, "meter"):
+                if (
+                    export_other_metrics
+                    and isinstance(current, CatalogMeterProvider)
+                    and not current.other_meters
+                ):
+                    log_once(
+                        "other-metrics-not-applied",
+                        "kaos-otel: export_other_metrics=True not applied: the global meter provider "
+                        "was set up before this manager, by a manager without it",
+                        level=logging.WARNING,
+                    )
                 return current
             global_providers = False
         settings = self.settings
@@ -347,7 +361,7 @@ class ExportPipeline:
             shutdown_on_exit=False,
         )
         self._owned.append(sdk_provider)
-        provider = CatalogMeterProvider(sdk_provider)
+        provider = CatalogMeterProvider(sdk_provider, other_meters=export_other_metrics)
         if global_providers:
             metrics.set_meter_provider(provider)
         return provider

@@ -3,7 +3,8 @@
 With ``kaos-otel`` installed, ``opentelemetry-instrument python app.py`` (or
 ``OTEL_PYTHON_DISTRO=kaos``) sets up the export pipeline of :class:`~kaos_otel.KaosOtelManager`
 from the ``OTEL_*`` variables, then the ``opentelemetry_instrumentor`` entry points (Mem0, httpx...)
-are loaded on top of it.
+are loaded on top of it. Its meter provider exports every meter's metrics (the app's, other
+instrumentations'), as the plain SDK's would: ``export_other_metrics=True``.
 
 The manager's handler bridges Python logging (with the content policy: content loggers only with
 capture on). ``opentelemetry-instrumentation-logging``, which ``opentelemetry-bootstrap`` installs,
@@ -27,4 +28,4 @@ class KaosDistro(BaseDistro):  # type: ignore[misc]
 
     def _configure(self, **kwargs: Any) -> None:
         os.environ.setdefault("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "false")  # see the module docstring
-        configure()
+        configure(export_other_metrics=True)  # the process's telemetry: the app's metrics too

@@ -128,3 +128,33 @@ os._exit(0)
     assert "http.client.requests" not in {point.name for point in points}
     compactions = [point.value for point in points if point.name == catalog.KAOS_MEMORY_COMPACTIONS]
     assert compactions == [2]
+
+
+def test_export_other_metrics_exports_every_meter_and_is_reported_when_it_cannot_apply(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    result = run_python(
+        """
+import os
+from opentelemetry import metrics
+from kaos_otel import KaosOtelManager
+
+first = KaosOtelManager("first", endpoint=os.environ["TEST_ENDPOINT"], bridge_logging=False)
+KaosOtelManager("second", bridge_logging=False, export_other_metrics=True)
+private = KaosOtelManager(
+    "private", endpoint=os.environ["TEST_ENDPOINT"], global_providers=False, export_other_metrics=True
+)
+private.meter_provider.get_meter("shop").create_counter("shop.orders").add(3)
+metrics.get_meter("shop").create_counter("shop.refunds").add(1)  # the first manager's: kaos-otel's only
+assert private.force_flush(5) and first.force_flush(5)
+os._exit(0)
+""",
+        TEST_ENDPOINT=otlp_receiver.grpc_endpoint,
+        OTEL_METRIC_EXPORT_INTERVAL="600000",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "export_other_metrics=True not applied" in result.stderr
+    assert "meter 'shop' records nothing" in result.stderr
+    orders = [p.value for p in otlp_receiver.metric_points() if p.name == "shop.orders"]
+    assert orders == [3]
+    assert "shop.refunds" not in {p.name for p in otlp_receiver.metric_points()}

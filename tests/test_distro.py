@@ -101,3 +101,26 @@ def test_an_app_that_does_not_use_mem0_does_not_load_it(tmp_path: Path) -> None:
     done = run_instrumented(tmp_path, code, OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_apps_and_other_instrumentations_metrics_are_exported(
+    otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """Under the distro the process has no other way to export them (a plain SDK setup does)."""
+    code = textwrap.dedent(
+        """
+        from opentelemetry import metrics
+        metrics.get_meter("shop").create_counter("shop.orders").add(2, {"shop.region": "eu"})
+        metrics.get_meter("opentelemetry.instrumentation.httpx").create_counter("http.client.requests").add(1)
+        metrics.get_meter("kaos_otel").create_counter("kaos.requests").add(1)
+        """
+    )
+    done = run_instrumented(tmp_path, code, OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint)
+    assert done.returncode == 0, done.stderr
+    assert "records nothing" not in done.stderr
+    assert otlp_receiver.wait_for(lambda r: len({p.name for p in r.metric_points()}) >= 3, 10)
+    points = {(p.scope_name, p.name): p for p in otlp_receiver.metric_points()}
+    assert points[("shop", "shop.orders")].value == 2
+    assert points[("shop", "shop.orders")].attributes == {"shop.region": "eu"}
+    assert ("opentelemetry.instrumentation.httpx", "http.client.requests") in points
+    assert points[("kaos_otel", "kaos.requests")].value == 1
