@@ -99,6 +99,13 @@ def run_with_deadline(actions: Sequence[Callable[[], object]], timeout_s: float,
     return in_time and not failed
 
 
+_USERS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+"""How many pipelines not yet shut down use each provider (a meter provider by its SDK provider).
+Shared global providers are shut down, and their logging bridge removed, by the last of them,
+whichever built them: the first manager's shutdown must not silence a second one."""
+_BUILT: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Providers a pipeline built (the host's are never shut down by kaos-otel)."""
+_USERS_LOCK = threading.Lock()
 _SHUT_DOWN_PROVIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
 """Providers a pipeline shut down. The global ones stay installed (OpenTelemetry's API cannot
 replace them), so a later manager must not adopt them: it would export nothing."""
@@ -131,6 +138,11 @@ def _shut_down(provider: object, kind: str) -> bool:
     return True
 
 
+def _sdk_provider(provider: Any) -> Any:
+    """The SDK provider behind a :class:`CatalogMeterProvider`; any other provider as it is."""
+    return provider.provider if isinstance(provider, CatalogMeterProvider) else provider
+
+
 def _bridges_logging(handler: logging.Handler, provider: object) -> bool:
     """Whether ``handler`` already sends records to OpenTelemetry logs (ours on ``provider``, or OTel's)."""
     if isinstance(handler, KaosLoggingHandler):
@@ -160,7 +172,6 @@ class ExportPipeline:
         self._in_use: list[Any] = []
         self._owned: list[Any] = []
         self._batches: list[SpanBatchProcessor | LogBatchProcessor] = []
-        self._log_handler: logging.Handler | None = None
         self._shutdown_done = False
         self._lock = threading.Lock()
         self.tracer_provider: trace.TracerProvider = trace.NoOpTracerProvider()
@@ -173,6 +184,10 @@ class ExportPipeline:
         self.meter_provider = self._meter_provider(resource, global_providers, export_other_metrics)
         self.logger_provider = self._logger_provider(resource, policy, global_providers)
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
+        with _USERS_LOCK:
+            _BUILT.update(self._owned)
+            for provider in map(_sdk_provider, self._in_use):
+                _USERS[provider] = _USERS.get(provider, 0) + 1
         for signal, provider in self._providers_by_signal().items():
             if self._built(provider):
                 _EXPORT_SETTINGS[provider] = self._export_settings(signal)
@@ -400,9 +415,7 @@ class ExportPipeline:
             # Another manager on the same (global) providers, or the host's own OTel logging
             # handler, already bridges them: a second handler would export every record twice.
             return
-        handler = KaosLoggingHandler(self.logger_provider, policy)
-        keep_on_root(handler)
-        self._log_handler = handler
+        keep_on_root(KaosLoggingHandler(self.logger_provider, policy))
 
     def queued(self, signal: Signal = "traces") -> int:
         """Items of ``signal`` waiting in this manager's export queue (0 without one)."""
@@ -435,25 +448,38 @@ class ExportPipeline:
         )
 
     def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
-        """Flush and stop the providers this pipeline built, with a hard deadline; safe to call twice.
+        """Flush and stop the providers kaos-otel built, with a hard deadline; safe to call twice.
 
-        Providers the host installed are left running: they are the host's to shut down.
+        Providers another manager still uses are only flushed: the last manager using them stops
+        them (and removes their logging bridge). Providers the host installed are left running:
+        they are the host's to shut down.
         """
         with self._lock:
             if self._shutdown_done:
                 return True
             self._shutdown_done = True
-        if self._log_handler is not None:
-            release_from_root(self._log_handler)
-        if not self._owned:
+        unused: list[Any] = []
+        with _USERS_LOCK:
+            for provider in map(_sdk_provider, self._in_use):
+                _USERS[provider] -= 1
+                if _USERS[provider] == 0:
+                    unused.append(provider)
+        for handler in list(logging.getLogger().handlers):
+            if isinstance(handler, KaosLoggingHandler) and handler.logger_provider in unused:
+                release_from_root(handler)
+        stopping = [provider for provider in unused if provider in _BUILT]
+        shared = [provider for provider in self._owned if provider not in unused]
+        if shared:  # another manager still exports through them: export this one's share now
+            self.force_flush(timeout)
+        if not stopping:
             return True
         stops = [
             functools.partial(provider.shutdown, timeout_millis=timeout * 1000)
             if isinstance(provider, MeterProvider)
             else provider.shutdown
-            for provider in self._owned
+            for provider in stopping
         ]
-        _SHUT_DOWN_PROVIDERS.update(self._owned)
+        _SHUT_DOWN_PROVIDERS.update(stopping)
         finished = run_with_deadline(stops, timeout, "shutdown")
         if not finished:
             # What the pipeline still holds will not be exported in time: count it as lost now,

@@ -158,3 +158,34 @@ os._exit(0)
     orders = [p.value for p in otlp_receiver.metric_points() if p.name == "shop.orders"]
     assert orders == [3]
     assert "shop.refunds" not in {p.name for p in otlp_receiver.metric_points()}
+
+
+def test_the_first_managers_shutdown_leaves_a_second_one_exporting(otlp_receiver: OtlpReceiver) -> None:
+    """Shared global providers stop with the last manager using them, whichever built them; so
+    does the logging bridge the first one added."""
+    result = run_python(
+        """
+import logging, os
+from kaos_otel import KaosOtelManager
+
+first = KaosOtelManager("first", endpoint=os.environ["TEST_ENDPOINT"])
+second = KaosOtelManager()  # no service name of its own: nothing to report
+with first.span("before"):
+    pass
+assert first.shutdown(5) is True
+with second.span("after-first-shutdown"):
+    logging.getLogger("app").warning("logged after the first shutdown")
+assert second.shutdown(5) is True
+with second.span("after-both"):
+    logging.getLogger("app").warning("logged after both")
+print(sum(type(h).__name__ == "KaosLoggingHandler" for h in logging.getLogger().handlers))
+os._exit(0)
+""",
+        TEST_ENDPOINT=otlp_receiver.grpc_endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="600000",
+        OTEL_BLRP_SCHEDULE_DELAY="600000",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0", "the bridge left with the last manager"
+    assert [span.name for span in otlp_receiver.spans()] == ["before", "after-first-shutdown"]
+    assert [log.body for log in otlp_receiver.logs()] == ["logged after the first shutdown"]
