@@ -158,11 +158,12 @@ def configure(**settings: Any) -> KaosOtelManager:
 
     A later call with no arguments, or the same ones, returns it. A later call with other
     arguments cannot apply them (the global providers exist once per process): it logs a
-    warning naming them and returns the existing manager.
+    warning naming them and returns the existing manager. Once that manager was shut down, a
+    call creates a new one (which says that the shut-down global providers cannot be replaced).
     """
     global _default, _default_settings
     with _default_lock:
-        if _default is None:
+        if _default is None or _default.pipeline.shut_down:
             _default = KaosOtelManager(**settings)
             _default_settings = dict(settings)
         else:

@@ -417,6 +417,11 @@ class ExportPipeline:
             return
         keep_on_root(KaosLoggingHandler(self.logger_provider, policy))
 
+    @property
+    def shut_down(self) -> bool:
+        """Whether :meth:`shutdown` was called."""
+        return self._shutdown_done
+
     def queued(self, signal: Signal = "traces") -> int:
         """Items of ``signal`` waiting in this manager's export queue (0 without one)."""
         return sum(batch.queued for batch in self._batches if batch.signal == signal)

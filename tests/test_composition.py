@@ -189,3 +189,28 @@ os._exit(0)
     assert result.stdout.strip() == "0", "the bridge left with the last manager"
     assert [span.name for span in otlp_receiver.spans()] == ["before", "after-first-shutdown"]
     assert [log.body for log in otlp_receiver.logs()] == ["logged after the first shutdown"]
+
+
+def test_configure_after_the_default_was_shut_down_gives_a_manager_that_exports(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    result = run_python(
+        """
+        import os
+        import kaos_otel
+
+        first = kaos_otel.configure(endpoint=os.environ["TEST_ENDPOINT"], bridge_logging=False)
+        first.shutdown(5)
+        again = kaos_otel.configure(endpoint=os.environ["TEST_ENDPOINT"], bridge_logging=False)
+        assert again is not first
+        assert kaos_otel.configure() is again
+        with again.span("after-restart"):
+            pass
+        assert again.force_flush(5)
+        os._exit(0)
+        """,
+        TEST_ENDPOINT=otlp_receiver.grpc_endpoint,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "was shut down by an earlier manager" in result.stderr
+    assert [span.name for span in otlp_receiver.spans()] == ["after-restart"]
