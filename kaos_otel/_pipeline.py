@@ -232,9 +232,7 @@ class ExportPipeline:
 
     def _built(self, provider: Any) -> bool:
         """Whether this pipeline built ``provider`` (rather than finding the host's)."""
-        if isinstance(provider, CatalogMeterProvider):
-            return provider.provider in self._owned
-        return provider in self._owned
+        return _sdk_provider(provider) in self._owned
 
     def _export_settings(self, signal: str) -> tuple[object, ...]:
         """Where and how ``signal`` is exported by providers built with this pipeline's settings."""
@@ -338,8 +336,7 @@ class ExportPipeline:
         if global_providers and isinstance(
             current, MeterProvider | CatalogMeterProvider | metrics.NoOpMeterProvider
         ):
-            sdk_provider = current.provider if isinstance(current, CatalogMeterProvider) else current
-            if not _shut_down(sdk_provider, "meter"):
+            if not _shut_down(_sdk_provider(current), "meter"):
                 if (
                     export_other_metrics
                     and isinstance(current, CatalogMeterProvider)
@@ -473,11 +470,12 @@ class ExportPipeline:
             if isinstance(handler, KaosLoggingHandler) and handler.logger_provider in unused:
                 release_from_root(handler)
         stopping = [provider for provider in unused if provider in _BUILT]
-        shared = [provider for provider in self._owned if provider not in unused]
-        if shared:  # another manager still exports through them: export this one's share now
-            self.force_flush(timeout)
+        deadline = time.monotonic() + timeout
+        if any(provider not in unused for provider in self._owned):
+            self.force_flush(timeout)  # another manager still exports through them: send ours now
         if not stopping:
             return True
+        timeout = max(0.0, deadline - time.monotonic())
         stops = [
             functools.partial(provider.shutdown, timeout_millis=timeout * 1000)
             if isinstance(provider, MeterProvider)
