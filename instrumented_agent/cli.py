@@ -194,6 +194,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ListenError as exc:
         print(f"kaos-agent: error: {exc}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] in ("instrumented_agent", "kaos_otel"):
+            raise
+        print(
+            f"kaos-agent: error: {exc.name} is not installed; the reference system needs the agent "
+            "extra: pip install 'kaos-otel[agent]'",
+            file=sys.stderr,
+        )
+        return 1
     return code
 
 

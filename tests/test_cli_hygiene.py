@@ -141,3 +141,19 @@ def test_traces_show_names_a_line_nested_too_deeply(
     deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     assert kaos_otel_main(["traces", "show", str(deep)]) == 1
     assert f"{deep}:1: not an OTLP/JSON export request: nested too deeply" in capsys.readouterr().err
+
+
+def test_kaos_agent_on_the_core_install_names_the_agent_extra(tmp_path: Path) -> None:
+    """The core install ships the ``kaos-agent`` command, not the reference system's dependencies."""
+    probe = (
+        "import sys\n"
+        "sys.modules['httpx'] = None  # as on the core install\n"
+        "from instrumented_agent.cli import main\n"
+        f"sys.exit(main(['demo', '--workdir', {str(tmp_path / 'demo')!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "kaos-agent: error: httpx is not installed; the reference system needs the agent extra: "
+        "pip install 'kaos-otel[agent]'\n"
+    )
