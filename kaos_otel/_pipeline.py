@@ -284,13 +284,20 @@ class ExportPipeline:
         if not signals:
             return
         listed = signals[0] if len(signals) == 1 else f"{', '.join(signals[:-1])} and {signals[-1]}"
-        port = 4318 if settings.protocols.get(signals[0]) is OtlpProtocol.HTTP_PROTOBUF else 4317  # receive's
+        http = {signal: settings.protocols.get(signal) is OtlpProtocol.HTTP_PROTOBUF for signal in signals}
+        if len(set(http.values())) == 1:  # `kaos-otel receive`: gRPC on 4317, HTTP on 4318
+            endpoints = f"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:{4318 if http[signals[0]] else 4317}"
+        else:  # one endpoint cannot serve both protocols
+            endpoints = " ".join(
+                f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT="
+                + (f"http://127.0.0.1:4318/v1/{signal}" if http[signal] else "http://127.0.0.1:4317")
+                for signal in signals
+            )
         log_once(  # WARNING: shown even where logging was never configured
             "no-endpoint",
             f"kaos-otel: no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); {listed} are not exported. "
-            "To see them locally, run `kaos-otel receive` and set "
-            f"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:{port} (OTEL_<SIGNAL>_EXPORTER=none turns a "
-            "signal off without this notice)",
+            f"To see them locally, run `kaos-otel receive` and set {endpoints} "
+            "(OTEL_<SIGNAL>_EXPORTER=none turns a signal off without this notice)",
             level=logging.WARNING,
         )
 

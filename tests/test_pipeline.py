@@ -707,7 +707,6 @@ def test_disabled_false_cannot_override_sdk_disabled_and_says_so(
     [
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", 4317),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", 4318),
-        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf", 4318),  # traces are listed first
     ],
 )
 def test_the_no_endpoint_notice_names_the_receive_port_of_the_protocol(
@@ -723,6 +722,29 @@ def test_the_no_endpoint_notice_names_the_receive_port_of_the_protocol(
     managers.append(KaosOtelManager(global_providers=False, bridge_logging=False))
     notices = [r.getMessage() for r in caplog.records if "no OTLP endpoint" in r.getMessage()]
     assert len(notices) == 1 and f"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:{port} " in notices[0]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("OTEL_TRACES_EXPORTER", "otlp_proto_http"), ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")],
+)
+def test_with_protocols_that_differ_the_no_endpoint_notice_names_an_endpoint_per_signal(
+    variable: str,
+    value: str,
+    managers: list[KaosOtelManager],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    unsaid_notices: None,
+) -> None:
+    """HTTP for traces alone: one endpoint for all would send the others' gRPC to the HTTP port."""
+    monkeypatch.setenv(variable, value)
+    managers.append(KaosOtelManager(global_providers=False, bridge_logging=False))
+    (notice,) = [r.getMessage() for r in caplog.records if "no OTLP endpoint" in r.getMessage()]
+    assert (
+        "set OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:4318/v1/traces "
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=http://127.0.0.1:4317 "
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT=http://127.0.0.1:4317 ("
+    ) in notice
 
 
 def test_constructor_overrides_and_per_signal_endpoints(
