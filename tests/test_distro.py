@@ -124,3 +124,23 @@ def test_the_apps_and_other_instrumentations_metrics_are_exported(
     assert points[("shop", "shop.orders")].attributes == {"shop.region": "eu"}
     assert ("opentelemetry.instrumentation.httpx", "http.client.requests") in points
     assert points[("kaos_otel", "kaos.requests")].value == 1
+
+
+def test_another_installed_configurator_does_not_run(tmp_path: Path) -> None:
+    """With ``opentelemetry-distro`` installed too, its configurator would build a second set of
+    providers the API refuses, one warning per signal; the distro picks kaos-otel's."""
+    site = tmp_path / "site"
+    dist_info = site / "other_configurator-1.0.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: other-configurator\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text(
+        "[opentelemetry_configurator]\nconfigurator = other_configurator:Configurator\n"
+    )
+    (site / "other_configurator.py").write_text(
+        "class Configurator:\n    def configure(self, **kwargs):\n        print('other configurator ran')\n"
+    )
+    code = "import os\nprint('configurator', os.environ['OTEL_PYTHON_CONFIGURATOR'])\n"
+    done = run_instrumented(tmp_path, code, PYTHONPATH=str(site), OTEL_TRACES_EXPORTER="none")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["configurator kaos"], done.stdout
+    assert "Configuration of configurator not loaded" in done.stderr  # opentelemetry-instrument says so

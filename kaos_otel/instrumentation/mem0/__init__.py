@@ -62,6 +62,7 @@ from opentelemetry.instrumentation.utils import unwrap
 
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy
+from kaos_otel._internal_log import internal_error
 from kaos_otel._telemetry import AgentTelemetry
 from kaos_otel.instrumentation.mem0._wrappers import METHODS, Mem0Tracing
 from kaos_otel.instrumentation.mem0.package import _instruments
@@ -95,8 +96,12 @@ def _telemetry_from_providers(kwargs: dict[str, Any]) -> AgentTelemetry:
 
 
 def _on_mem0_import(module: object) -> None:
-    """Wrap mem0 now that the application imported it, if an ``instrument()`` is waiting for it."""
-    Mem0Instrumentor()._wrap_waiting()
+    """Wrap mem0 now that the application imported it, if an ``instrument()`` is waiting for it;
+    never raising into that import."""
+    try:
+        Mem0Instrumentor()._wrap_waiting()
+    except Exception as exc:
+        internal_error("instrumenting mem0 at its import", exc)
 
 
 class Mem0Instrumentor(BaseInstrumentor):  # type: ignore[misc]
