@@ -6,7 +6,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -206,6 +206,19 @@ def release_from_root(handler: logging.Handler) -> None:
         _wrapped.clear()
 
 
+def release_bridges_to(logger_providers: Collection[object]) -> None:
+    """Release every kept :class:`KaosLoggingHandler` sending to one of ``logger_providers``, on
+    the root logger or set aside while a logging configuration function runs."""
+    with _kept_lock:
+        bridges = [
+            handler
+            for handler in _kept
+            if isinstance(handler, KaosLoggingHandler) and handler.logger_provider in logger_providers
+        ]
+    for handler in bridges:
+        release_from_root(handler)
+
+
 def _stepping_aside(configure: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(configure)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -217,7 +230,9 @@ def _stepping_aside(configure: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return configure(*args, **kwargs)
         finally:
-            for handler in aside:
+            with _kept_lock:
+                back = [handler for handler in aside if handler in _kept]  # not released meanwhile
+            for handler in back:
                 root.addHandler(handler)  # a no-op if it is there already
 
     return wrapper

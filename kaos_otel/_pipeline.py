@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from kaos_otel._config import OtlpProtocol, TelemetrySettings
 from kaos_otel._content import ContentPolicy
 from kaos_otel._internal_log import internal_error, log_once
-from kaos_otel._logs import KaosLoggingHandler, keep_on_root, release_from_root
+from kaos_otel._logs import KaosLoggingHandler, keep_on_root, release_bridges_to
 from kaos_otel._metrics import CatalogMeterProvider, metric_views
 from kaos_otel.exporters import (
     BatchSettings,
@@ -105,7 +105,10 @@ Shared global providers are shut down, and their logging bridge removed, by the 
 whichever built them: the first manager's shutdown must not silence a second one."""
 _BUILT: weakref.WeakSet[Any] = weakref.WeakSet()
 """Providers a pipeline built (the host's are never shut down by kaos-otel)."""
-_USERS_LOCK = threading.Lock()
+_USERS_LOCK = threading.RLock()
+"""Held while a pipeline picks its providers and counts itself as their user, and while one
+counts itself out and marks the providers it stops: a new manager adopts running providers or
+sees them stopped, never providers about to stop."""
 _SHUT_DOWN_PROVIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
 """Providers a pipeline shut down. The global ones stay installed (OpenTelemetry's API cannot
 replace them), so a later manager must not adopt them: it would export nothing."""
@@ -180,11 +183,11 @@ class ExportPipeline:
         if settings.disabled:
             return
         resource = build_resource(settings, policy)
-        self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
-        self.meter_provider = self._meter_provider(resource, global_providers, export_other_metrics)
-        self.logger_provider = self._logger_provider(resource, policy, global_providers)
-        self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
         with _USERS_LOCK:
+            self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
+            self.meter_provider = self._meter_provider(resource, global_providers, export_other_metrics)
+            self.logger_provider = self._logger_provider(resource, policy, global_providers)
+            self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
             _BUILT.update(self._owned)
             for provider in map(_sdk_provider, self._in_use):
                 _USERS[provider] = _USERS.get(provider, 0) + 1
@@ -473,15 +476,16 @@ class ExportPipeline:
                 _USERS[provider] -= 1
                 if _USERS[provider] == 0:
                     unused.append(provider)
-        for handler in list(logging.getLogger().handlers):
-            if isinstance(handler, KaosLoggingHandler) and handler.logger_provider in unused:
-                release_from_root(handler)
-        stopping = [provider for provider in unused if provider in _BUILT]
+            stopping = [provider for provider in unused if provider in _BUILT]
+            _SHUT_DOWN_PROVIDERS.update(stopping)
+        release_bridges_to(unused)
         deadline = time.monotonic() + timeout
-        if any(provider not in unused for provider in self._owned):
-            self.force_flush(timeout)  # another manager still exports through them: send ours now
+        flushed = True
+        if any(_sdk_provider(provider) not in stopping for provider in self._in_use):
+            # Providers that keep running (another manager's, the host's): export ours now.
+            flushed = self.force_flush(timeout)
         if not stopping:
-            return True
+            return flushed
         timeout = max(0.0, deadline - time.monotonic())
         stops = [
             functools.partial(provider.shutdown, timeout_millis=timeout * 1000)
@@ -489,11 +493,10 @@ class ExportPipeline:
             else provider.shutdown
             for provider in stopping
         ]
-        _SHUT_DOWN_PROVIDERS.update(stopping)
         finished = run_with_deadline(stops, timeout, "shutdown")
         if not finished:
             # What the pipeline still holds will not be exported in time: count it as lost now,
             # while someone can still read the count (the process may be about to exit).
             for processor in self._batches:
                 processor.abandon()
-        return finished
+        return finished and flushed

@@ -12,11 +12,13 @@ would add a second handler on the root logger by default and export every record
 turns that off (``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION=false``) unless the environment sets it. Its
 trace-context fields for log formats (``OTEL_PYTHON_LOG_CORRELATION``) are unaffected.
 
-kaos-otel also ships a configurator (``opentelemetry_configurator = kaos``), and the distro makes
-it the one ``opentelemetry-instrument`` runs (``OTEL_PYTHON_CONFIGURATOR=kaos`` unless set): with
-``opentelemetry-distro`` installed as well, its configurator would otherwise build a second set
-of providers the API refuses, with a warning per signal. (With two distros installed,
-``OTEL_PYTHON_DISTRO=kaos`` picks this one.)
+The distro configures the process itself and names itself the configurator
+(``OTEL_PYTHON_CONFIGURATOR=kaos`` unless set), so that ``opentelemetry-instrument`` runs no
+other: with ``opentelemetry-distro`` installed as well, its configurator would otherwise build a
+second set of providers the API refuses, a warning per signal (``opentelemetry-instrument`` says
+once that it was not loaded). kaos-otel ships no configurator entry point: whichever one comes
+first runs when ``OTEL_PYTHON_CONFIGURATOR`` is unset, and that must stay the chosen distro's.
+(With two distros installed, ``OTEL_PYTHON_DISTRO=kaos`` picks this one.)
 """
 
 from __future__ import annotations
@@ -29,23 +31,10 @@ from opentelemetry.instrumentation.distro import BaseDistro  # type: ignore[attr
 from kaos_otel._manager import configure
 
 
-def _configure_process() -> None:
-    """The process-wide manager, exporting every meter's metrics (the app's too)."""
-    configure(export_other_metrics=True)
-
-
 class KaosDistro(BaseDistro):  # type: ignore[misc]
     """Distro entry point (``opentelemetry_distro = kaos``)."""
 
     def _configure(self, **kwargs: Any) -> None:
         os.environ.setdefault("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "false")  # see the module docstring
-        os.environ.setdefault("OTEL_PYTHON_CONFIGURATOR", "kaos")
-        _configure_process()
-
-
-class KaosConfigurator:
-    """Configurator entry point (``opentelemetry_configurator = kaos``): the distro's setup."""
-
-    def configure(self, **kwargs: Any) -> None:
-        """Set up the process-wide manager (once: the distro may have done it already)."""
-        _configure_process()
+        os.environ.setdefault("OTEL_PYTHON_CONFIGURATOR", "kaos")  # this distro is the configurator
+        configure(export_other_metrics=True)  # the process's telemetry: the app's metrics too

@@ -214,3 +214,61 @@ def test_configure_after_the_default_was_shut_down_gives_a_manager_that_exports(
     assert result.returncode == 0, result.stderr
     assert "was shut down by an earlier manager" in result.stderr
     assert [span.name for span in otlp_receiver.spans()] == ["after-restart"]
+
+
+def test_a_shutdown_that_only_flushes_shared_providers_says_whether_the_flush_finished() -> None:
+    result = run_python(
+        """
+import os
+from kaos_otel import KaosOtelManager
+
+first = KaosOtelManager("first", endpoint="http://127.0.0.1:9", bridge_logging=False)  # nothing listens
+second = KaosOtelManager(bridge_logging=False)
+with second.span("cannot leave"):
+    pass
+print(first.shutdown(1), second.queued())
+os._exit(0)
+""",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "0"], (
+        "the second manager keeps the providers: flushed, not stopped"
+    )
+
+
+def test_a_shutdown_during_another_threads_dictconfig_still_removes_its_logging_bridge() -> None:
+    """``dictConfig`` sets the bridge aside while it runs; the shutdown must not miss it, nor may
+    ``dictConfig`` put a released bridge back."""
+    result = run_python(
+        """
+import logging, logging.config, threading, time
+from kaos_otel import KaosOtelManager
+from kaos_otel._logs import KaosLoggingHandler
+
+otel = KaosOtelManager("svc", global_providers=False)
+building = threading.Event()
+
+class SlowHandler(logging.StreamHandler):  # a handler that opens a socket or a file
+    def __init__(self):
+        building.set()
+        time.sleep(0.5)
+        super().__init__()
+
+config = {"version": 1, "disable_existing_loggers": False, "handlers": {"h": {"()": SlowHandler}},
+          "root": {"handlers": ["h"], "level": "INFO"}}
+configuring = threading.Thread(target=logging.config.dictConfig, args=(config,))
+configuring.start()
+building.wait()
+otel.shutdown(2)
+configuring.join()
+print(sum(isinstance(h, KaosLoggingHandler) for h in logging.getLogger().handlers),
+      hasattr(logging.basicConfig, "__wrapped__"))
+""",
+        OTEL_EXPORTER_OTLP_LOGS_ENDPOINT="http://127.0.0.1:9",
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_METRICS_EXPORTER="none",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "False"], "no bridge left, basicConfig unwrapped"

@@ -25,14 +25,16 @@ from mem0_support import (
     make_memory,
     memory_caller,
 )
-from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+from opentelemetry.instrumentation.dependencies import get_dependency_conflicts, get_dist_dependency_conflicts
 from opentelemetry.instrumentation.utils import suppress_instrumentation
+from packaging.requirements import Requirement
 
 import kaos_otel.instrumentation.mem0 as mem0_instrumentation
 from kaos_otel import AgentTelemetry, KaosOtelManager, MemoryOperation, MemoryScope, catalog
 from kaos_otel._config import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 from kaos_otel.instrumentation.mem0 import Mem0Instrumentor
 from kaos_otel.instrumentation.mem0._wrappers import METHODS, scope_and_ids
+from kaos_otel.instrumentation.mem0.package import _instruments
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
 
 pytestmark = pytest.mark.timeout(60)
@@ -693,6 +695,48 @@ def test_uninstrument_before_mem0_is_imported_leaves_it_unwrapped() -> None:
     assert done.stdout.strip() == "function", done.stderr
 
 
+def test_instrument_during_another_threads_import_of_mem0_wraps_once() -> None:
+    """The import hook (on the importing thread) and ``instrument()`` (here) must not both wrap."""
+    probe = textwrap.dedent(
+        """
+        import sys, threading, time
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+        from kaos_otel.instrumentation.mem0 import Mem0Instrumentor
+
+        providers = {"tracer_provider": TracerProvider(), "meter_provider": MeterProvider()}
+        instrumentor = Mem0Instrumentor()
+        instrumentor.instrument(**providers)
+        instrumentor.uninstrument()  # before the import: the hook stays registered
+        importer = threading.Thread(target=__import__, args=("mem0",))
+        importer.start()
+        while "mem0.memory.main" not in sys.modules:  # the import is under way over there
+            time.sleep(0.001)
+        instrumentor.instrument(**providers)
+        importer.join()
+        from mem0.memory.main import Memory
+
+        def layers():
+            found, function = 0, vars(Memory)["history"]
+            while hasattr(function, "__wrapped__"):
+                found, function = found + 1, function.__wrapped__
+            return found
+
+        wrapped = layers()
+        instrumentor.uninstrument()
+        print(wrapped, layers())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**_without_mem0_setting(), "MEM0_TELEMETRY": "False"},
+    )
+    assert done.stdout.split() == ["1", "0"], done.stderr
+
+
 def _without_mem0_setting() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "MEM0_TELEMETRY"}
 
@@ -718,18 +762,15 @@ def test_a_mem0_without_a_covered_method_is_left_as_it_was(
     assert type(vars(FutureMemory)["add"]).__name__ == "function"
 
 
-def test_an_unsupported_mem0_is_not_wrapped_under_opentelemetry_instrument(
-    otel: KaosOtelManager,
-    instrumentor: Mem0Instrumentor,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """``opentelemetry-instrument`` calls ``instrument(skip_dep_check=True)``: the check is ours."""
-    original = vars(Memory)["add"]
-    monkeypatch.setattr(Mem0Instrumentor, "instrumentation_dependencies", lambda self: ("mem0ai >= 99",))
-    instrumentor.instrument(telemetry=otel, skip_dep_check=True)
-    assert vars(Memory)["add"] is original
-    assert "mem0ai >= 99" in caplog.text
+def test_opentelemetry_instrument_checks_the_supported_range_before_loading_the_instrumentor() -> None:
+    """It checks the distribution's ``instruments`` extra, then calls ``instrument(skip_dep_check=True)``."""
+    extra = [
+        requirement.split(";")[0].replace(" ", "")
+        for requirement in importlib.metadata.requires("kaos-otel") or []
+        if 'extra == "instruments"' in requirement
+    ]
+    assert extra and Requirement(extra[0]) == Requirement(_instruments[0].replace(" ", ""))
+    assert get_dist_dependency_conflicts(importlib.metadata.distribution("kaos-otel")) is None
 
 
 def test_network_guard_blocks_remote_hosts(no_network: NetworkGuard) -> None:

@@ -56,7 +56,6 @@ from collections.abc import Collection
 from typing import Any
 
 import wrapt
-from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 
@@ -108,18 +107,16 @@ class Mem0Instrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Traces and measures Mem0 memory operations; ``uninstrument()`` restores mem0 as it was."""
 
     _tracing: Mem0Tracing | None = None
-    _wrapped = False
+    _wrapped: tuple[type[Any], ...] = ()
+    """The classes whose methods are wrapped now (none while waiting for mem0's import)."""
+    _state_lock = threading.Lock()
+    """Wrapping (on the importing thread, from the hook) and ``uninstrument()`` take turns."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
         """The mem0ai versions supported."""
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
-        # opentelemetry-instrument skips this check (kaos-otel has no ``instruments`` extra).
-        conflict = get_dependency_conflicts(self.instrumentation_dependencies())
-        if conflict is not None:
-            _log.warning("mem0 not instrumented: %s", conflict)
-            return
         telemetry = kwargs.get("telemetry")
         if not isinstance(telemetry, AgentTelemetry):
             telemetry = _telemetry_from_providers(kwargs)
@@ -131,29 +128,35 @@ class Mem0Instrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _wrap_waiting(self) -> None:
         """Wrap every covered method, or none (with a warning) if mem0 lacks one."""
-        tracing = self._tracing
-        if tracing is None or self._wrapped:
+        if self._tracing is None:
             return
-        try:
-            originals = [
-                (cls, method, getattr(cls, method.name)) for cls in _memory_classes() for method in METHODS
-            ]
-        except AttributeError as exc:
-            _log.warning("mem0 not instrumented: this mem0 version lacks %s", exc)
-            return
-        for cls, method, original in originals:
-            wrapt.wrap_function_wrapper(cls, method.name, tracing.wrapper(method, original))
-        self._wrapped = True
+        # Outside the lock: this import may wait for another thread's import of mem0, whose
+        # hook calls this method too.
+        classes = _memory_classes()
+        with self._state_lock:
+            tracing = self._tracing
+            if tracing is None or self._wrapped:
+                return
+            try:
+                originals = [
+                    (cls, method, getattr(cls, method.name)) for cls in classes for method in METHODS
+                ]
+            except AttributeError as exc:
+                _log.warning("mem0 not instrumented: this mem0 version lacks %s", exc)
+                return
+            for cls, method, original in originals:
+                wrapt.wrap_function_wrapper(cls, method.name, tracing.wrapper(method, original))
+            self._wrapped = classes
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        if self._wrapped:
-            for cls in _memory_classes():
+        with self._state_lock:
+            for cls in self._wrapped:
                 for method in METHODS:
                     unwrap(cls, method.name)
-            self._wrapped = False
-        if self._tracing is not None:
-            self._tracing.close()
-            self._tracing = None
+            self._wrapped = ()
+            tracing, self._tracing = self._tracing, None
+        if tracing is not None:
+            tracing.close()
 
 
 def _wait_for_mem0_import() -> None:
