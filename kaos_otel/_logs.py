@@ -194,10 +194,10 @@ def keep_on_root(handler: logging.Handler) -> None:
 def release_from_root(handler: logging.Handler) -> None:
     """Remove ``handler`` from the root logger; the last one released unwraps the logging config
     functions."""
-    logging.getLogger().removeHandler(handler)
-    with _kept_lock:
+    with _kept_lock:  # with the check-and-add in _stepping_aside: once out, never back
         if handler in _kept:
             _kept.remove(handler)
+        logging.getLogger().removeHandler(handler)
         if _kept:
             return
         for module, name, original, wrapper in _wrapped:
@@ -230,10 +230,10 @@ def _stepping_aside(configure: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return configure(*args, **kwargs)
         finally:
-            with _kept_lock:
-                back = [handler for handler in aside if handler in _kept]  # not released meanwhile
-            for handler in back:
-                root.addHandler(handler)  # a no-op if it is there already
+            with _kept_lock:  # a bridge released meanwhile stays out
+                for handler in aside:
+                    if handler in _kept:
+                        root.addHandler(handler)  # a no-op if it is there already
 
     return wrapper
 

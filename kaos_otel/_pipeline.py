@@ -105,10 +105,18 @@ Shared global providers are shut down, and their logging bridge removed, by the 
 whichever built them: the first manager's shutdown must not silence a second one."""
 _BUILT: weakref.WeakSet[Any] = weakref.WeakSet()
 """Providers a pipeline built (the host's are never shut down by kaos-otel)."""
-_USERS_LOCK = threading.RLock()
-"""Held while a pipeline picks its providers and counts itself as their user, and while one
-counts itself out and marks the providers it stops: a new manager adopts running providers or
-sees them stopped, never providers about to stop."""
+_USERS_LOCK = threading.Lock()
+"""Guards the counts, and marks the providers a shutdown stops in the same step as its count
+reaches 0. Held for dictionary updates only: never across imports, exporters or logging."""
+
+
+def _new_users_lock() -> None:
+    """A forked child gets a free lock, whatever thread held it in the parent."""
+    global _USERS_LOCK
+    _USERS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_users_lock)
 _SHUT_DOWN_PROVIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
 """Providers a pipeline shut down. The global ones stay installed (OpenTelemetry's API cannot
 replace them), so a later manager must not adopt them: it would export nothing."""
@@ -139,6 +147,17 @@ def _shut_down(provider: object, kind: str) -> bool:
         level=logging.WARNING,
     )  # fmt: skip
     return True
+
+
+def _flush(providers: Sequence[Any], timeout: float) -> bool:
+    """Flush ``providers`` within ``timeout`` seconds, even if the collector hangs."""
+    flushable = [p for p in providers if callable(getattr(p, "force_flush", None))]
+    if not flushable:
+        return True
+    millis = int(timeout * 1000)
+    return run_with_deadline(
+        [functools.partial(provider.force_flush, millis) for provider in flushable], timeout, "force_flush"
+    )
 
 
 def _sdk_provider(provider: Any) -> Any:
@@ -183,12 +202,15 @@ class ExportPipeline:
         if settings.disabled:
             return
         resource = build_resource(settings, policy)
-        with _USERS_LOCK:
+        try:
             self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
             self.meter_provider = self._meter_provider(resource, global_providers, export_other_metrics)
             self.logger_provider = self._logger_provider(resource, policy, global_providers)
-            self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
-            _BUILT.update(self._owned)
+        finally:  # what was built and installed before a failure is kaos-otel's to stop, too
+            with _USERS_LOCK:
+                _BUILT.update(self._owned)
+        self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
+        with _USERS_LOCK:
             for provider in map(_sdk_provider, self._in_use):
                 _USERS[provider] = _USERS.get(provider, 0) + 1
         for signal, provider in self._providers_by_signal().items():
@@ -449,22 +471,14 @@ class ExportPipeline:
     def force_flush(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Export everything buffered, on the providers in use (the host's too); returns within
         ``timeout`` seconds even if the collector hangs."""
-        flushable = [p for p in self._in_use if callable(getattr(p, "force_flush", None))]
-        if not flushable:
-            return True
-        millis = int(timeout * 1000)
-        return run_with_deadline(
-            [functools.partial(provider.force_flush, millis) for provider in flushable],
-            timeout,
-            "force_flush",
-        )
+        return _flush(self._in_use, timeout)
 
     def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Flush and stop the providers kaos-otel built, with a hard deadline; safe to call twice.
 
-        Providers another manager still uses are only flushed: the last manager using them stops
-        them (and removes their logging bridge). Providers the host installed are left running:
-        they are the host's to shut down.
+        Providers another manager still uses are only flushed, and the result says whether that
+        finished: the last manager using them stops them (and removes their logging bridge).
+        Providers the host installed are left running: they are the host's to flush and stop.
         """
         with self._lock:
             if self._shutdown_done:
@@ -480,10 +494,10 @@ class ExportPipeline:
             _SHUT_DOWN_PROVIDERS.update(stopping)
         release_bridges_to(unused)
         deadline = time.monotonic() + timeout
-        flushed = True
-        if any(_sdk_provider(provider) not in stopping for provider in self._in_use):
-            # Providers that keep running (another manager's, the host's): export ours now.
-            flushed = self.force_flush(timeout)
+        # Providers kaos-otel built that another manager keeps running: export ours now. The
+        # host's are the host's to flush and stop.
+        shared = [p for p in self._in_use if _sdk_provider(p) in _BUILT and _sdk_provider(p) not in stopping]
+        flushed = _flush(shared, timeout)
         if not stopping:
             return flushed
         timeout = max(0.0, deadline - time.monotonic())

@@ -12,13 +12,12 @@ would add a second handler on the root logger by default and export every record
 turns that off (``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION=false``) unless the environment sets it. Its
 trace-context fields for log formats (``OTEL_PYTHON_LOG_CORRELATION``) are unaffected.
 
-The distro configures the process itself and names itself the configurator
-(``OTEL_PYTHON_CONFIGURATOR=kaos`` unless set), so that ``opentelemetry-instrument`` runs no
-other: with ``opentelemetry-distro`` installed as well, its configurator would otherwise build a
-second set of providers the API refuses, a warning per signal (``opentelemetry-instrument`` says
-once that it was not loaded). kaos-otel ships no configurator entry point: whichever one comes
-first runs when ``OTEL_PYTHON_CONFIGURATOR`` is unset, and that must stay the chosen distro's.
-(With two distros installed, ``OTEL_PYTHON_DISTRO=kaos`` picks this one.)
+The distro configures the process itself; kaos-otel ships no configurator entry point (with
+``OTEL_PYTHON_CONFIGURATOR`` unset, whichever configurator comes first runs, and that must stay
+the chosen distro's). With ``opentelemetry-distro`` installed as well, set
+``OTEL_PYTHON_DISTRO=kaos`` and ``OTEL_PYTHON_CONFIGURATOR=kaos`` (a name no configurator has):
+otherwise its configurator also runs and builds a second set of providers the API refuses, a
+warning per signal.
 """
 
 from __future__ import annotations
@@ -36,5 +35,4 @@ class KaosDistro(BaseDistro):  # type: ignore[misc]
 
     def _configure(self, **kwargs: Any) -> None:
         os.environ.setdefault("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "false")  # see the module docstring
-        os.environ.setdefault("OTEL_PYTHON_CONFIGURATOR", "kaos")  # this distro is the configurator
         configure(export_other_metrics=True)  # the process's telemetry: the app's metrics too

@@ -272,3 +272,29 @@ print(sum(isinstance(h, KaosLoggingHandler) for h in logging.getLogger().handler
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "False"], "no bridge left, basicConfig unwrapped"
+
+
+def test_providers_built_before_a_construction_failed_are_stopped_by_their_last_user() -> None:
+    result = run_python(
+        """
+import os, threading
+from opentelemetry import trace
+from kaos_otel import KaosOtelManager
+
+try:
+    KaosOtelManager("a")  # fails at the log exporter, after installing the tracer and meter providers
+except Exception:  # the SDK's InvalidCompressionValueException
+    pass
+del os.environ["OTEL_EXPORTER_OTLP_LOGS_COMPRESSION"]
+second = KaosOtelManager("a")
+assert second.tracer_provider is trace.get_tracer_provider()
+second.shutdown(1)
+print(sorted(t.name for t in threading.enumerate() if t.name.endswith("-export")))
+os._exit(0)
+""",
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+        OTEL_EXPORTER_OTLP_LOGS_COMPRESSION="bogus",
+        OTEL_METRIC_EXPORT_INTERVAL="600000",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", "the first manager's export threads were stopped"

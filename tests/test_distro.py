@@ -126,9 +126,9 @@ def test_the_apps_and_other_instrumentations_metrics_are_exported(
     assert points[("kaos_otel", "kaos.requests")].value == 1
 
 
-def test_another_installed_configurator_does_not_run(tmp_path: Path) -> None:
+def test_the_readmes_recipe_keeps_another_installed_configurator_from_running(tmp_path: Path) -> None:
     """With ``opentelemetry-distro`` installed too, its configurator would build a second set of
-    providers the API refuses, one warning per signal; the distro picks kaos-otel's."""
+    providers the API refuses, one warning per signal: ``OTEL_PYTHON_CONFIGURATOR=kaos``."""
     site = tmp_path / "site"
     dist_info = site / "other_configurator-1.0.dist-info"
     dist_info.mkdir(parents=True)
@@ -139,8 +139,10 @@ def test_another_installed_configurator_does_not_run(tmp_path: Path) -> None:
     (site / "other_configurator.py").write_text(
         "class Configurator:\n    def configure(self, **kwargs):\n        print('other configurator ran')\n"
     )
-    code = "import os\nprint('configurator', os.environ['OTEL_PYTHON_CONFIGURATOR'])\n"
-    done = run_instrumented(tmp_path, code, PYTHONPATH=str(site), OTEL_TRACES_EXPORTER="none")
+    code = "from opentelemetry import trace\nprint(type(trace.get_tracer_provider()).__name__)\n"
+    done = run_instrumented(
+        tmp_path, code, PYTHONPATH=str(site), OTEL_TRACES_EXPORTER="none", OTEL_PYTHON_CONFIGURATOR="kaos"
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["configurator kaos"], done.stdout
+    assert done.stdout.splitlines() == ["TracerProvider"], done.stdout  # kaos-otel's, and no other ran
     assert "Configuration of configurator not loaded" in done.stderr  # opentelemetry-instrument says so

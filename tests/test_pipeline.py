@@ -4,6 +4,7 @@ host-installed providers, protocol selection and bounded flush/shutdown."""
 from __future__ import annotations
 
 import logging
+import logging.config
 import os
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
@@ -22,6 +24,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from kaos_otel import KaosOtelManager, catalog, sanitized_exporter
 from kaos_otel._config import OtlpProtocol, TelemetrySettings
+from kaos_otel._content import ContentPolicy
+from kaos_otel._logs import KaosLoggingHandler, keep_on_root, release_bridges_to
 from kaos_otel.exporters.batch import BatchQueue, BatchSettings
 from kaos_otel.exporters.health import TelemetryHealth
 from kaos_otel.receiver import OtlpReceiver
@@ -911,3 +915,34 @@ def test_a_manager_after_one_that_shut_the_global_providers_down_still_exports(
     assert [str(log.body) for log in otlp_receiver.logs()] == ["after the reload"]
     warnings = [line for line in result.stdout.splitlines() if "was shut down by an earlier manager" in line]
     assert len(warnings) == 3, result.stdout  # tracer, meter and logger provider, once each
+
+
+def _configure_logging_until(stop: threading.Event) -> None:
+    while not stop.is_set():
+        logging.config.dictConfig({"version": 1, "incremental": True})
+
+
+def test_a_released_bridge_never_comes_back_through_a_concurrent_dictconfig() -> None:
+    """``dictConfig`` puts back what it set aside; a bridge released meanwhile must stay out."""
+    root = logging.getLogger()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows in ~1 in 5
+    came_back = 0
+    try:
+        for _ in range(500):
+            provider = LoggerProvider(shutdown_on_exit=False)
+            bridge = KaosLoggingHandler(provider, ContentPolicy())
+            keep_on_root(bridge)
+            stop = threading.Event()
+
+            thread = threading.Thread(target=_configure_logging_until, args=(stop,))
+            thread.start()
+            release_bridges_to([provider])  # what a pipeline's shutdown does
+            stop.set()
+            thread.join()
+            if bridge in root.handlers:
+                came_back += 1
+                root.removeHandler(bridge)
+    finally:
+        sys.setswitchinterval(interval)
+    assert came_back == 0

@@ -121,10 +121,12 @@ class Mem0Instrumentor(BaseInstrumentor):  # type: ignore[misc]
         if not isinstance(telemetry, AgentTelemetry):
             telemetry = _telemetry_from_providers(kwargs)
         self._tracing = Mem0Tracing(telemetry, child_spans=bool(kwargs.get("child_spans", False)))
+        if _MEM0_MAIN not in sys.modules:
+            _wait_for_mem0_import()
+        # Checked again after the hook is in place: an import that had already found mem0 when
+        # it was registered runs no hook.
         if _MEM0_MAIN in sys.modules:
             self._wrap_waiting()
-        else:
-            _wait_for_mem0_import()
 
     def _wrap_waiting(self) -> None:
         """Wrap every covered method, or none (with a warning) if mem0 lacks one."""
