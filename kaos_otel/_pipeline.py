@@ -211,8 +211,16 @@ class ExportPipeline:
                 _BUILT.update(self._owned)
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
         with _USERS_LOCK:
+            stopped_meanwhile = any(_sdk_provider(p) in _SHUT_DOWN_PROVIDERS for p in self._in_use)
             for provider in map(_sdk_provider, self._in_use):
                 _USERS[provider] = _USERS.get(provider, 0) + 1
+        if stopped_meanwhile:  # another manager's shutdown stopped them while this one adopted them
+            log_once(
+                "adopted-while-stopping",
+                "kaos-otel: another manager shut the global providers down while this manager was being "
+                "created; it exports nothing. Create it after that shutdown has returned",
+                level=logging.WARNING,
+            )
         for signal, provider in self._providers_by_signal().items():
             if self._built(provider):
                 _EXPORT_SETTINGS[provider] = self._export_settings(signal)
