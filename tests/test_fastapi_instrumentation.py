@@ -298,15 +298,19 @@ class AppError(Exception):
     """The application's own failure."""
 
 
+def _with_a_broken_span_processor(otel: KaosOtelManager, where: str) -> KaosOtelManager:
+    provider = otel.tracer_provider
+    assert isinstance(provider, TracerProvider)
+    provider.add_span_processor(BrokenSpanProcessor(where))
+    return otel
+
+
 @pytest.mark.fast
 @pytest.mark.parametrize("where", ["on_start", "on_end"])
 def test_a_raising_span_processor_fails_no_request_and_replaces_no_exception(
     where: str, make_otel: MakeOtel
 ) -> None:
-    otel = make_otel()
-    provider = otel.tracer_provider
-    assert isinstance(provider, TracerProvider)
-    provider.add_span_processor(BrokenSpanProcessor(where))
+    otel = _with_a_broken_span_processor(make_otel(), where)
     raised = AppError("the app's own")
 
     async def boom(request: Any) -> PlainTextResponse:
@@ -331,10 +335,7 @@ def test_a_raising_span_processor_fails_no_request_and_replaces_no_exception(
 def test_a_raising_span_processor_leaves_the_callers_context_as_it_was(
     where: str, make_otel: MakeOtel
 ) -> None:
-    otel = make_otel()
-    provider = otel.tracer_provider
-    assert isinstance(provider, TracerProvider)
-    provider.add_span_processor(BrokenSpanProcessor(where))
+    otel = _with_a_broken_span_processor(make_otel(), where)
     before = otel_context.get_current()
     with otel.span("outer"):
         with otel.span("inner") as inner:

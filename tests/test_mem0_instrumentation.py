@@ -666,9 +666,7 @@ def test_instrument_waits_for_the_application_to_import_mem0() -> None:
         print(loaded, wrapped, restored, again, telemetry.MEM0_TELEMETRY)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=_without_mem0_setting()
-    )
+    done = _run_probe(probe)
     assert done.stdout.split() == [
         "[]",
         "['FunctionWrapper',",
@@ -685,13 +683,7 @@ def test_uninstrument_before_mem0_is_imported_leaves_it_unwrapped() -> None:
         "from kaos_otel.instrumentation.mem0 import Mem0Instrumentor; i = Mem0Instrumentor(); "
         "i.instrument(); i.uninstrument(); from mem0 import Memory; print(type(vars(Memory)['add']).__name__)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**_without_mem0_setting(), "MEM0_TELEMETRY": "False"},
-    )
+    done = _run_probe(probe, MEM0_TELEMETRY="False")
     assert done.stdout.strip() == "function", done.stderr
 
 
@@ -727,18 +719,16 @@ def test_instrument_during_another_threads_import_of_mem0_wraps_once() -> None:
         print(wrapped, layers())
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**_without_mem0_setting(), "MEM0_TELEMETRY": "False"},
-    )
+    done = _run_probe(probe, MEM0_TELEMETRY="False")
     assert done.stdout.split() == ["1", "0"], done.stderr
 
 
-def _without_mem0_setting() -> dict[str, str]:
-    return {name: value for name, value in os.environ.items() if name != "MEM0_TELEMETRY"}
+def _run_probe(probe: str, **environ: str) -> subprocess.CompletedProcess[str]:
+    """``probe`` in a fresh interpreter, ``MEM0_TELEMETRY`` unset unless given."""
+    env = {name: value for name, value in os.environ.items() if name != "MEM0_TELEMETRY"}
+    return subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env={**env, **environ}
+    )
 
 
 def test_a_mem0_without_a_covered_method_is_left_as_it_was(
@@ -792,7 +782,5 @@ def test_importing_the_offline_setup_leaves_the_root_logger_alone() -> None:
         "import kaos_otel.instrumentation.mem0.offline; "
         "print(logging.getLevelName(root.level), len(root.handlers))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=_without_mem0_setting()
-    )
+    done = _run_probe(probe)
     assert done.stdout.split() == ["WARNING", "0"]
