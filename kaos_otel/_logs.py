@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -159,6 +160,17 @@ def _first_of_only_bridges(record: logging.LogRecord) -> KaosLoggingHandler | No
 
 
 _kept_lock = threading.Lock()
+"""Never held while calling into logging (whose module lock a handler factory in ``dictConfig``
+holds while it creates a manager, which takes this one)."""
+
+
+def _new_kept_lock() -> None:
+    """A forked child gets a free lock, whatever thread held it in the parent."""
+    global _kept_lock
+    _kept_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_kept_lock)
 _kept: list[logging.Handler] = []
 """The bridges kept on the root logger (one per manager that bridges logging)."""
 _wrapped: list[tuple[object, str, Callable[..., Any], Callable[..., Any]]] = []
@@ -194,10 +206,11 @@ def keep_on_root(handler: logging.Handler) -> None:
 def release_from_root(handler: logging.Handler) -> None:
     """Remove ``handler`` from the root logger; the last one released unwraps the logging config
     functions."""
-    with _kept_lock:  # with the check-and-add in _stepping_aside: once out, never back
+    with _kept_lock:  # out of _kept first: _stepping_aside then takes it off the root again
         if handler in _kept:
             _kept.remove(handler)
-        logging.getLogger().removeHandler(handler)
+    logging.getLogger().removeHandler(handler)  # logging's lock, never under _kept_lock
+    with _kept_lock:
         if _kept:
             return
         for module, name, original, wrapper in _wrapped:
@@ -230,10 +243,12 @@ def _stepping_aside(configure: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return configure(*args, **kwargs)
         finally:
-            with _kept_lock:  # a bridge released meanwhile stays out
-                for handler in aside:
-                    if handler in _kept:
-                        root.addHandler(handler)  # a no-op if it is there already
+            for handler in aside:
+                root.addHandler(handler)  # a no-op if it is there already
+                with _kept_lock:
+                    released = handler not in _kept
+                if released:  # meanwhile; release_from_root left _kept first, so this is seen
+                    root.removeHandler(handler)
 
     return wrapper
 

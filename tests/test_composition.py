@@ -274,7 +274,9 @@ print(sum(isinstance(h, KaosLoggingHandler) for h in logging.getLogger().handler
     assert result.stdout.split() == ["0", "False"], "no bridge left, basicConfig unwrapped"
 
 
-def test_providers_built_before_a_construction_failed_are_stopped_by_their_last_user() -> None:
+def test_providers_built_before_a_construction_failed_are_stopped_by_their_last_user(
+    otlp_receiver: OtlpReceiver,
+) -> None:
     result = run_python(
         """
 import os, threading
@@ -288,13 +290,49 @@ except Exception:  # the SDK's InvalidCompressionValueException
 del os.environ["OTEL_EXPORTER_OTLP_LOGS_COMPRESSION"]
 second = KaosOtelManager("a")
 assert second.tracer_provider is trace.get_tracer_provider()
-second.shutdown(1)
-print(sorted(t.name for t in threading.enumerate() if t.name.endswith("-export")))
+assert second.shutdown(5)
+print(sorted(t.name for t in threading.enumerate() if t.name.endswith("-export") or "MetricReader" in t.name))
 os._exit(0)
 """,
-        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint,
         OTEL_EXPORTER_OTLP_LOGS_COMPRESSION="bogus",
         OTEL_METRIC_EXPORT_INTERVAL="600000",
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]", "the first manager's export threads were stopped"
+    assert result.stdout.strip() == "[]", "the first manager's export and metric reader threads were stopped"
+
+
+def test_a_manager_made_inside_dictconfig_while_another_shuts_down_does_not_deadlock() -> None:
+    """``dictConfig`` holds logging's lock while a handler factory makes a manager (which keeps its
+    bridge on the root); a shutdown on another thread releases a bridge meanwhile."""
+    result = run_python(
+        """
+import logging, logging.config, os, threading, time
+from kaos_otel import KaosOtelManager
+
+first = KaosOtelManager("first", global_providers=False)
+building = threading.Event()
+
+def factory():
+    building.set()
+    time.sleep(0.5)  # the other thread's shutdown runs now
+    KaosOtelManager("second", global_providers=False)
+    return logging.NullHandler()
+
+configuring = threading.Thread(target=logging.config.dictConfig, daemon=True, args=({
+    "version": 1, "disable_existing_loggers": False, "handlers": {"h": {"()": factory}},
+    "root": {"handlers": ["h"]}},))
+configuring.start()
+building.wait()
+stopping = threading.Thread(target=first.shutdown, args=(1,), daemon=True)
+stopping.start()
+configuring.join(10)
+stopping.join(10)
+print(configuring.is_alive(), stopping.is_alive())
+os._exit(0)
+""",
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+        OTEL_METRIC_EXPORT_INTERVAL="600000",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False"], "both threads finished"
