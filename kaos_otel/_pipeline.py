@@ -211,8 +211,9 @@ class ExportPipeline:
                 _BUILT.update(self._owned)
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
         with _USERS_LOCK:
-            stopped_meanwhile = any(_sdk_provider(p) in _SHUT_DOWN_PROVIDERS for p in self._in_use)
+            stopped_meanwhile = False
             for provider in map(_sdk_provider, self._in_use):
+                stopped_meanwhile |= provider in _SHUT_DOWN_PROVIDERS
                 _USERS[provider] = _USERS.get(provider, 0) + 1
         if stopped_meanwhile:  # another manager's shutdown stopped them while this one adopted them
             log_once(
@@ -492,20 +493,18 @@ class ExportPipeline:
             if self._shutdown_done:
                 return True
             self._shutdown_done = True
-        unused: list[Any] = []
+        in_use = [_sdk_provider(provider) for provider in self._in_use]
         with _USERS_LOCK:
-            for provider in map(_sdk_provider, self._in_use):
+            for provider in in_use:
                 _USERS[provider] -= 1
-                if _USERS[provider] == 0:
-                    unused.append(provider)
+            unused = [provider for provider in in_use if _USERS[provider] == 0]
             stopping = [provider for provider in unused if provider in _BUILT]
             _SHUT_DOWN_PROVIDERS.update(stopping)
         release_bridges_to(unused)
         deadline = time.monotonic() + timeout
         # Providers kaos-otel built that another manager keeps running: export ours now. The
         # host's are the host's to flush and stop.
-        shared = [p for p in self._in_use if _sdk_provider(p) in _BUILT and _sdk_provider(p) not in stopping]
-        flushed = _flush(shared, timeout)
+        flushed = _flush([p for p in in_use if p in _BUILT and p not in unused], timeout)
         if not stopping:
             return flushed
         timeout = max(0.0, deadline - time.monotonic())
