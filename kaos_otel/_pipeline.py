@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from opentelemetry import metrics, trace
+from opentelemetry import _logs, metrics, trace
 from opentelemetry._logs import NoOpLoggerProvider, get_logger_provider, set_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, ConsoleLogExporter
@@ -198,19 +198,27 @@ class ExportPipeline:
         self._lock = threading.Lock()
         self.tracer_provider: trace.TracerProvider = trace.NoOpTracerProvider()
         self.meter_provider: metrics.MeterProvider = metrics.NoOpMeterProvider()
-        self.logger_provider: Any = NoOpLoggerProvider()
+        self.logger_provider: _logs.LoggerProvider = NoOpLoggerProvider()
         if settings.disabled:
             return
         resource = build_resource(settings, policy)
+        installs: list[Callable[[], object]] = []
         try:
-            self.tracer_provider = self._tracer_provider(resource, policy, global_providers)
-            self.meter_provider = self._meter_provider(resource, global_providers, export_other_metrics)
-            self.logger_provider = self._logger_provider(resource, policy, global_providers)
-        finally:  # what was built and installed before a failure is kaos-otel's to stop, too
-            with _USERS_LOCK:
-                _BUILT.update(self._owned)
+            self.tracer_provider = self._tracer_provider(resource, policy, global_providers, installs)
+            self.meter_provider = self._meter_provider(
+                resource, global_providers, export_other_metrics, installs
+            )
+            self.logger_provider = self._logger_provider(resource, policy, global_providers, installs)
+        except BaseException:  # nothing is installed yet: a corrected retry starts afresh
+            run_with_deadline(
+                [provider.shutdown for provider in self._owned], DEFAULT_SHUTDOWN_TIMEOUT_S, "shutdown"
+            )
+            raise
+        for install in installs:
+            install()
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
         with _USERS_LOCK:
+            _BUILT.update(self._owned)
             stopped_meanwhile = False
             for provider in map(_sdk_provider, self._in_use):
                 stopped_meanwhile |= provider in _SHUT_DOWN_PROVIDERS
@@ -250,15 +258,25 @@ class ExportPipeline:
                 if provider.resource.attributes.get(key) != resource.attributes.get(key)
             }
         )
-        if differing:
-            log_once(
-                "resource-not-applied",
-                "kaos-otel: the global providers were set up before this manager (by "
-                "opentelemetry-instrument or the application) and keep their resource: %s given "
-                "here not applied; set OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES instead",
-                ", ".join(differing),
-                level=logging.WARNING,
+        if not differing:
+            return
+        earlier = next((provider for provider in adopted if provider in _BUILT), None)
+        if earlier is not None:  # one set of global providers per process
+            by = f"an earlier manager, service.name={earlier.resource.attributes.get(SERVICE_NAME)!r}"
+            advice = (
+                "share that manager (kaos_otel.configure()) and name each agent in invoke_agent(), "
+                "or pass global_providers=False to export as another service"
             )
+        else:
+            by = "opentelemetry-instrument or the application"
+            advice = "set OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES instead"
+        log_once(
+            "resource-not-applied",
+            "kaos-otel: the global providers were set up before this manager (by %s) and keep their "
+            "resource: %s given here not applied; %s",
+            by, ", ".join(differing), advice,
+            level=logging.WARNING,
+        )  # fmt: skip
 
     def _providers_by_signal(self) -> dict[str, Any]:
         """The provider each signal goes to (built here or found installed)."""
@@ -337,7 +355,11 @@ class ExportPipeline:
 
     # --- providers ------------------------------------------------------------------------------
     def _tracer_provider(
-        self, resource: Resource, policy: ContentPolicy, global_providers: bool
+        self,
+        resource: Resource,
+        policy: ContentPolicy,
+        global_providers: bool,
+        installs: list[Callable[[], object]],
     ) -> trace.TracerProvider:
         current = trace.get_tracer_provider()
         if global_providers and not isinstance(current, trace.ProxyTracerProvider):
@@ -367,11 +389,15 @@ class ExportPipeline:
             )
         self._owned.append(provider)
         if global_providers:
-            trace.set_tracer_provider(provider)
+            installs.append(functools.partial(trace.set_tracer_provider, provider))
         return provider
 
     def _meter_provider(
-        self, resource: Resource, global_providers: bool, export_other_metrics: bool
+        self,
+        resource: Resource,
+        global_providers: bool,
+        export_other_metrics: bool,
+        installs: list[Callable[[], object]],
     ) -> metrics.MeterProvider:
         current = metrics.get_meter_provider()
         if global_providers and isinstance(
@@ -416,10 +442,16 @@ class ExportPipeline:
         self._owned.append(sdk_provider)
         provider = CatalogMeterProvider(sdk_provider, other_meters=export_other_metrics)
         if global_providers:
-            metrics.set_meter_provider(provider)
+            installs.append(functools.partial(metrics.set_meter_provider, provider))
         return provider
 
-    def _logger_provider(self, resource: Resource, policy: ContentPolicy, global_providers: bool) -> Any:
+    def _logger_provider(
+        self,
+        resource: Resource,
+        policy: ContentPolicy,
+        global_providers: bool,
+        installs: list[Callable[[], object]],
+    ) -> _logs.LoggerProvider:
         current = get_logger_provider()
         if global_providers and isinstance(current, LoggerProvider | NoOpLoggerProvider):
             if not _shut_down(current, "logger"):
@@ -443,7 +475,7 @@ class ExportPipeline:
             )
         self._owned.append(provider)
         if global_providers:
-            set_logger_provider(provider)
+            installs.append(functools.partial(set_logger_provider, provider))
         return provider
 
     def _bridge_logging(self, policy: ContentPolicy) -> None:

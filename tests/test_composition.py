@@ -274,24 +274,32 @@ print(sum(isinstance(h, KaosLoggingHandler) for h in logging.getLogger().handler
     assert result.stdout.split() == ["0", "False"], "no bridge left, basicConfig unwrapped"
 
 
-def test_providers_built_before_a_construction_failed_are_stopped_by_their_last_user(
+def test_a_construction_that_fails_installs_nothing_and_leaves_no_thread_so_a_retry_starts_afresh(
     otlp_receiver: OtlpReceiver,
 ) -> None:
     result = run_python(
         """
 import os, threading
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry._logs import get_logger_provider
 from kaos_otel import KaosOtelManager
 
+def exporting_threads():
+    names = (t.name for t in threading.enumerate())
+    return sorted(n for n in names if n.endswith("-export") or "MetricReader" in n)
+
 try:
-    KaosOtelManager("a")  # fails at the log exporter, after installing the tracer and meter providers
+    KaosOtelManager("first")  # fails at the log exporter, after building the tracer and meter providers
 except Exception:  # the SDK's InvalidCompressionValueException
     pass
+print(type(trace.get_tracer_provider()).__name__, type(metrics.get_meter_provider()).__name__,
+      type(get_logger_provider()).__name__, exporting_threads())
 del os.environ["OTEL_EXPORTER_OTLP_LOGS_COMPRESSION"]
-second = KaosOtelManager("a")
+second = KaosOtelManager("second")
 assert second.tracer_provider is trace.get_tracer_provider()
+print(second.tracer_provider.resource.attributes["service.name"])
 assert second.shutdown(5)
-print(sorted(t.name for t in threading.enumerate() if t.name.endswith("-export") or "MetricReader" in t.name))
+print(exporting_threads())
 os._exit(0)
 """,
         OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint,
@@ -299,7 +307,10 @@ os._exit(0)
         OTEL_METRIC_EXPORT_INTERVAL="600000",
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]", "the first manager's export and metric reader threads were stopped"
+    failed, retried, stopped = result.stdout.strip().splitlines()
+    assert failed == "ProxyTracerProvider _ProxyMeterProvider ProxyLoggerProvider []", "nothing left behind"
+    assert retried == "second", "the retry's own service name"
+    assert stopped == "[]"
 
 
 def test_a_manager_made_inside_dictconfig_while_another_shuts_down_does_not_deadlock() -> None:
