@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -196,6 +196,7 @@ class TelemetrySettings:
         """Read what the SDK has no reader for from ``os.environ``, then apply non-``None`` overrides."""
         env = os.environ
         values = {key: value for key, value in overrides.items() if value is not None}
+        _check_overrides(values)
         protocol = values.pop("protocol", None)
         endpoint = values.pop("endpoint", None) or None  # blank: as not given
         endpoints: dict[str, str] = {}
@@ -259,6 +260,33 @@ class TelemetrySettings:
             ),
             **values,
         )
+
+
+_POSITIVE_OVERRIDES = (
+    "metric_export_interval_ms",
+    "span_schedule_delay_ms",
+    "span_max_queue_size",
+    "export_timeout_s",
+)
+_MAPPING_OVERRIDES = ("headers", "resource_attributes")
+
+
+def _check_overrides(values: Mapping[str, object]) -> None:
+    """Refuse an explicit override no exporter could use, naming it, before anything is built."""
+    for name in _POSITIVE_OVERRIDES:
+        if name not in values:
+            continue
+        value, whole = values[name], name != "export_timeout_s"
+        kind = "a positive whole number" if whole else "a positive number of seconds"
+        if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
+            raise TypeError(f"kaos-otel: {name} must be {kind}, not {type(value).__name__}")
+        if not value > 0:
+            raise ValueError(f"kaos-otel: {name} must be {kind}, not {value!r}")
+    for name in _MAPPING_OVERRIDES:
+        if name in values and not isinstance(values[name], Mapping):
+            raise TypeError(
+                f"kaos-otel: {name} must be a mapping of names to values, not {type(values[name]).__name__}"
+            )
 
 
 _OTLP_EXPORTER_NAMES: dict[str, OtlpProtocol | None] = {
@@ -352,10 +380,31 @@ def _bool(raw: str | None) -> bool:
 
 
 def _capture(raw: str | None) -> ContentCapture:
+    """The content capture a setting names: a convention value in any case, or true/false; a
+    value naming neither captures nothing, with a warning (a typo must not capture content)."""
     value = (raw or "").strip().upper()
     if value in ("TRUE", "1", "YES", "ON"):
         return ContentCapture.SPAN_AND_EVENT
-    return enum_member(ContentCapture, value, ContentCapture.NO_CONTENT)
+    if value in _CAPTURE_OFF or value in ContentCapture.__members__:
+        return enum_member(ContentCapture, value, ContentCapture.NO_CONTENT)
+    log_once(
+        f"unknown-capture-{value}",
+        "kaos-otel: content capture %r is not one of %s, true or false; no content is captured",
+        raw, ", ".join(ContentCapture),
+        level=logging.WARNING,
+    )  # fmt: skip
+    return ContentCapture.NO_CONTENT
+
+
+_CAPTURE_OFF = frozenset({"", "FALSE", "0", "NO", "OFF"})
+
+
+def name_set(names: Iterable[str]) -> frozenset[str]:
+    """The strings of ``names`` as a set; one string is one name, not its characters
+    (``excluded_paths="/health"``), and an item that is not a string is not a name."""
+    return frozenset(
+        name for name in ((names,) if isinstance(names, str) else names) if isinstance(name, str)
+    )
 
 
 def enum_member(kind: type[_E], raw: object, default: _E, where: str | None = None) -> _E:

@@ -8,7 +8,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry._logs import LoggerProvider
 
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy, Redactor, default_redactor
@@ -56,6 +57,10 @@ class KaosOtelManager(AgentTelemetry):
         bridge_logging: bool = True,
         export_other_metrics: bool = False,
     ) -> None:
+        if not callable(redactor):
+            raise TypeError(
+                f"kaos-otel: redactor must be a function from str to str, not {type(redactor).__name__}"
+            )
         self.settings = TelemetrySettings.from_env(
             service_name=service_name,
             endpoint=endpoint,
@@ -105,13 +110,13 @@ class KaosOtelManager(AgentTelemetry):
         return self.pipeline.tracer_provider
 
     @property
-    def meter_provider(self) -> Any:
+    def meter_provider(self) -> metrics.MeterProvider:
         """The meter provider metrics go to: a :class:`CatalogMeterProvider` this manager built,
         or the host's if it installed one."""
         return self.pipeline.meter_provider
 
     @property
-    def logger_provider(self) -> Any:
+    def logger_provider(self) -> LoggerProvider:
         """The logger provider log records go to (the host's if it installed one)."""
         return self.pipeline.logger_provider
 

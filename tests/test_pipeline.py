@@ -587,8 +587,11 @@ def test_two_managers_on_the_global_providers_export_each_log_once(otlp_receiver
     assert result.returncode == 0, result.stderr
     assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 3, 10)
     notices = [log.body for log in otlp_receiver.logs() if log.body.startswith("kaos-otel:")]
-    # the second manager's service name cannot reach the providers it found, and it says so
+    # the second manager's service name cannot reach the providers it found, and it says whose they are
     assert len(notices) == 1 and "keep their resource: service.name given here not applied" in notices[0]
+    assert (
+        "by an earlier manager, service.name='app'" in notices[0] and "global_providers=False" in notices[0]
+    )
     bodies = sorted(log.body for log in otlp_receiver.logs() if log.body not in notices)
     assert bodies == ["exported once", "still exported"]
     assert "keep their resource" in result.stderr  # printed too: the app configured no logging
@@ -694,6 +697,46 @@ def test_a_protocol_kaos_otel_cannot_build_is_said(
     assert set(settings.protocols.values()) == {OtlpProtocol.GRPC}
     said = [r.getMessage() for r in caplog.records if "is not one of grpc, http/protobuf" in r.getMessage()]
     assert len(said) == 1 and [*environ.values(), *overrides.values()][0] in said[0]
+
+
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [
+        ({"span_max_queue_size": 0}, ValueError),
+        ({"span_max_queue_size": -5}, ValueError),
+        ({"span_schedule_delay_ms": True}, TypeError),
+        ({"metric_export_interval_ms": "100"}, TypeError),
+        ({"export_timeout_s": 0.0}, ValueError),
+        ({"headers": "api-key=abc"}, TypeError),
+        ({"resource_attributes": ["team"]}, TypeError),
+        ({"redactor": None}, TypeError),
+    ],
+)
+def test_an_argument_no_exporter_could_use_is_refused_by_name(
+    override: dict[str, object], error: type[Exception]
+) -> None:
+    (name,) = override
+    with pytest.raises(error, match=f"kaos-otel: {name} must be"):
+        KaosOtelManager("refused", global_providers=False, **override)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("setting", "capture", "said"),
+    [("spans", "NO_CONTENT", True), ("false", "NO_CONTENT", False), ("span_only", "SPAN_ONLY", False)],
+)
+def test_a_content_capture_setting_naming_no_mode_captures_nothing_and_says_so(
+    setting: str,
+    capture: str,
+    said: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    unsaid_notices: None,
+) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", setting)
+    assert TelemetrySettings.from_env().capture_content == capture
+    assert TelemetrySettings.from_env(capture_content=setting).capture_content == capture
+    notices = [r.getMessage() for r in caplog.records if "no content is captured" in r.getMessage()]
+    assert len(notices) == int(said), notices
 
 
 def test_disabled_false_cannot_override_sdk_disabled_and_says_so(
