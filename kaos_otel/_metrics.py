@@ -19,6 +19,7 @@ from opentelemetry.sdk.metrics.view import DropAggregation, ExplicitBucketHistog
 from opentelemetry.util.types import Attributes
 
 from kaos_otel import catalog
+from kaos_otel._config import name_set
 from kaos_otel._internal_log import log_once
 from kaos_otel._secrets import Redactor, default_redactor
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
@@ -151,7 +152,7 @@ class LabelBounds:
     def register(self, key: str, names: Iterable[str]) -> None:
         """Declare names that are legitimate values of ``key``: from now on, only these (and names
         declared later) are kept; declaring an empty list closes ``key`` to every name."""
-        declared = {name for name in names if isinstance(name, str)}  # a name is text
+        declared = name_set(names)
         with self._lock:
             known = self._known.setdefault(key, set())
             known.update(declared)

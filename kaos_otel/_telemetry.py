@@ -7,8 +7,9 @@ global providers.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar, overload
+from typing import Any, NamedTuple, Self, TypeVar, overload
 
 from opentelemetry import metrics, trace
 from opentelemetry._logs import Logger, LoggerProvider, LogRecord, get_logger_provider
@@ -17,9 +18,9 @@ from opentelemetry.trace import Link, SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel import catalog
-from kaos_otel._config import enum_member
+from kaos_otel._config import enum_member, name_set
 from kaos_otel._content import ContentPolicy, to_attributes
-from kaos_otel._internal_log import internal_error
+from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
 from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle, SpanScope
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
@@ -39,6 +40,16 @@ def _described(value: object) -> str:
     if type(value) is float or type(value) is bool or (type(value) is int and abs(value) < 2**128):
         return repr(value)  # exact types: a subclass's repr may raise
     return f"a {type(value).__qualname__}"
+
+
+def _given_attributes(where: str, attributes: object) -> Mapping[str, object]:
+    """The caller's extra span attributes; a value that is not a mapping is logged and left out."""
+    if attributes is None:
+        return {}
+    if isinstance(attributes, Mapping):
+        return attributes
+    internal_error(where, TypeError(f"not attributes: {_described(attributes)}"))
+    return {}
 
 
 class AgentRun(SpanHandle):
@@ -202,7 +213,7 @@ class AgentTelemetry:
         enabled: bool = True,
         scope: str = METER_NAME,
         logger_provider: LoggerProvider | None = None,
-    ) -> AgentTelemetry:
+    ) -> Self:
         """Domain helpers on providers you built (default: the global ones).
 
         Build the meter provider with :func:`kaos_otel.metric_views` so the label contract holds,
@@ -327,7 +338,7 @@ class AgentTelemetry:
         no tools): every name of that kind is then ``_other``.
         """
         bounds = self._metrics.bounds
-        targets = None if targets is None else list(targets)  # read twice below (a generator too)
+        targets = None if targets is None else name_set(targets)  # read twice below (a generator too)
         if agent is not None:
             bounds.register(catalog.GEN_AI_AGENT_NAME, [agent])
         for key, names in (
@@ -389,7 +400,7 @@ class AgentTelemetry:
                 catalog.USER_ID: user_id,
                 catalog.KAOS_AGENT_MAX_STEPS: max_steps,
                 catalog.KAOS_REQUEST_ORIGIN: origin.value,
-                **(attributes or {}),
+                **_given_attributes("invoke_agent", attributes),
             },
             self._end_agent_run,
         )
@@ -408,6 +419,9 @@ class AgentTelemetry:
         """One loop iteration (``agent_step``; the number is the ``kaos.agent.step`` attribute)."""
         if not self._enabled:
             return NOOP_HANDLE
+        if not isinstance(run, AgentRun):  # the step is still traced, under the current span
+            internal_error("agent_step", TypeError(f"not an agent run: {_described(run)}"))
+            return self._spans.begin(catalog.SPAN_AGENT_STEP, attributes={catalog.KAOS_AGENT_STEP: step})
         run.steps = step if step is not None else run.steps + 1
         return self._spans.begin(
             catalog.SPAN_AGENT_STEP,
@@ -455,7 +469,7 @@ class AgentTelemetry:
                 catalog.GEN_AI_AGENT_NAME: agent_name,
                 catalog.SERVER_ADDRESS: server_address,
                 catalog.SERVER_PORT: server_port,
-                **(attributes or {}),
+                **_given_attributes("model_call", attributes),
             },
             on_end,
         )
@@ -498,7 +512,7 @@ class AgentTelemetry:
                 catalog.GEN_AI_TOOL_TYPE: tool_type,
                 catalog.GEN_AI_TOOL_CALL_ID: call_id,
                 catalog.GEN_AI_AGENT_NAME: agent_name,
-                **(attributes or {}),
+                **_given_attributes("tool_call", attributes),
             },
             on_end,
         )
@@ -527,7 +541,7 @@ class AgentTelemetry:
                 catalog.GEN_AI_AGENT_NAME: name,
                 catalog.KAOS_DELEGATION_SOURCE: agent_name,
                 catalog.KAOS_DELEGATION_TARGET: name,
-                **(attributes or {}),
+                **_given_attributes("delegation", attributes),
             },
             on_end,
         )
@@ -561,9 +575,14 @@ class AgentTelemetry:
         if not isinstance(operation, str) or not operation:
             internal_error("memory_operation", TypeError(f"not an operation name: {_described(operation)}"))
             operation = catalog.MEMORY_OPERATION_OTHER
-        if attributes is not None and not isinstance(attributes, Mapping):
-            internal_error("memory_operation", TypeError(f"not attributes: {_described(attributes)}"))
-            attributes = None
+        elif operation not in catalog.MEMORY_OPERATIONS:
+            log_once(
+                "unknown-memory-operation",
+                "kaos-otel: memory operation %s is not one of %s; metrics count it as %r (the span "
+                "keeps the name). Said once, for the first such name",
+                _described(operation), ", ".join(catalog.MEMORY_OPERATIONS), catalog.MEMORY_OPERATION_OTHER,
+                level=logging.WARNING,
+            )  # fmt: skip
 
         def on_end(handle: SpanHandle, duration_s: float) -> None:
             self._metrics.record_memory_operation(
@@ -582,7 +601,7 @@ class AgentTelemetry:
                 catalog.KAOS_MEMORY_OPERATION: operation,
                 catalog.KAOS_MEMORY_SCOPE: scope.value if scope is not None else None,
                 catalog.KAOS_MEMORY_PROVIDER: provider,
-                **(attributes or {}),
+                **_given_attributes("memory_operation", attributes),
             },
             on_end,
         )

@@ -18,7 +18,7 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from kaos_otel import catalog
-from kaos_otel._config import TrustPolicy
+from kaos_otel._config import TrustPolicy, name_set
 from kaos_otel._internal_log import internal_error
 
 _TRACE_CONTEXT = TraceContextTextMapPropagator()
@@ -170,7 +170,7 @@ def parse_baggage(fields: Sequence[str], allowed: frozenset[str]) -> dict[str, s
 def extract_incoming(
     headers: Headers,
     *,
-    trust: TrustPolicy = TrustPolicy.TRUSTED,
+    trust: TrustPolicy | str = TrustPolicy.TRUSTED,
     baggage_allowlist: Iterable[str] = (),
 ) -> IncomingContext:
     """Read trace context from request headers under a trust policy; never raises.
@@ -183,6 +183,7 @@ def extract_incoming(
     parent = Context()
     links: tuple[Link, ...] = ()
     try:
+        trust = TrustPolicy.from_setting(trust)  # "link" as well as TrustPolicy.LINK
         pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
         parsed = parse_traceparent(combined_fields(pairs, "traceparent"))
         if parsed is not None and trust is not TrustPolicy.IGNORE:
@@ -199,10 +200,10 @@ def extract_incoming(
             else:
                 links = (Link(remote, {catalog.KAOS_TRACE_TRUST: trust.value}),)
         if trust is not TrustPolicy.IGNORE:
-            allowed = frozenset(baggage_allowlist)
+            allowed = name_set(baggage_allowlist)
             for key, value in parse_baggage(combined_fields(pairs, "baggage"), allowed).items():
                 parent = baggage.set_baggage(key, value, parent)
     except Exception as exc:
         internal_error("extracting trace context", exc)
-        return IncomingContext(Context(), (), trust)
+        return IncomingContext(Context(), (), trust if isinstance(trust, TrustPolicy) else TrustPolicy.IGNORE)
     return IncomingContext(parent, links, trust)

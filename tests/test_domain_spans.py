@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -222,6 +223,42 @@ def test_helpers_given_strings_or_bad_values_record_what_they_can_and_never_rais
     )
     compactions = [p for p in otlp_receiver.metric_points() if p.name == catalog.KAOS_MEMORY_COMPACTIONS]
     assert {p.attributes[catalog.KAOS_OUTCOME] for p in compactions} == {"degraded"}
+
+
+def test_helpers_given_attributes_that_are_no_mapping_or_no_agent_run_trace_all_and_never_raise(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture, unsaid_notices: None
+) -> None:
+    otel = make_otel()
+    not_a_mapping: Any = [("k", "v")]
+    not_a_run: Any = None
+    with (
+        otel.invoke_agent("checker", attributes=not_a_mapping) as run,
+        otel.agent_step(not_a_run),
+        otel.model_call("checker", "m", attributes=not_a_mapping),
+        otel.tool_call("checker", "grep", attributes=not_a_mapping),
+        otel.delegation("checker", "helper", attributes=not_a_mapping),
+        otel.memory_operation("short_term", "recall", attributes=not_a_mapping),
+    ):
+        pass
+    spans = {span.name: span for span in collect(otel, otlp_receiver, 6)}
+    root = spans["invoke_agent checker"]
+    assert root.parent_span_id is None and run.steps == 0
+    step = spans[catalog.SPAN_AGENT_STEP]
+    assert step.parent_span_id == root.span_id and catalog.KAOS_AGENT_STEP not in step.attributes
+    assert {"chat m", "execute_tool grep", "invoke_agent helper", "recall"} <= set(spans)
+    assert all("k" not in span.attributes for span in spans.values())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("memory operation 'recall' is not one of" in w for w in warnings), warnings
+
+
+def test_one_name_given_as_a_string_is_one_name(make_otel: MakeOtel) -> None:
+    otel = make_otel()
+    otel.register_known_names("coder", tools="echo", models="m1", targets="helper")
+    bounds = otel.metrics.bounds
+    assert [bounds.bound(catalog.GEN_AI_TOOL_NAME, name) for name in ("echo", "e")] == ["echo", "_other"]
+    assert [bounds.bound(catalog.GEN_AI_REQUEST_MODEL, name) for name in ("m1", "m")] == ["m1", "_other"]
+    assert bounds.bound(catalog.KAOS_DELEGATION_TARGET, "helper") == "helper"
+    assert bounds.bound(catalog.GEN_AI_AGENT_NAME, "helper") == "helper"
 
 
 def test_names_of_every_kind_are_bounded_in_span_names_and_never_raise(

@@ -136,6 +136,29 @@ def test_a_second_call_is_ignored(make_otel: MakeOtel, caplog: pytest.LogCapture
     assert "already called" in caplog.text
 
 
+async def test_one_excluded_path_given_as_a_string_is_one_path(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    app = FastAPI()
+
+    @app.get("/")
+    async def index() -> dict[str, str]:
+        return {}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {}
+
+    instrument_app(app, otel, excluded_paths="/healthz")  # not "/", "h", "e"...
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client:
+        assert (await client.get("/healthz")).status_code == 200
+        assert (await client.get("/")).status_code == 200
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 1, 10)
+    assert [span.name for span in _server_spans(otlp_receiver)] == ["GET /"]
+
+
 async def test_server_spans_carry_the_full_route_template_however_the_request_ends(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:

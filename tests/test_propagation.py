@@ -26,7 +26,12 @@ from opentelemetry import context as otel_context
 from kaos_otel import KaosOtelManager, TrustPolicy, catalog, run_in_executor_in_context
 from kaos_otel._logs import console_handler
 from kaos_otel.instrumentation.asgi import TraceContextMiddleware
-from kaos_otel.propagation import async_inject_request_hook, inject_headers, inject_request_hook
+from kaos_otel.propagation import (
+    async_inject_request_hook,
+    extract_incoming,
+    inject_headers,
+    inject_request_hook,
+)
 from kaos_otel.receiver import OtlpReceiver, ReceivedLog, ReceivedSpan
 
 MakeOtel = Callable[..., KaosOtelManager]
@@ -382,6 +387,16 @@ def test_link_mode_links_instead_of_parenting(
     assert agent.parent_span_id == server.span_id
 
 
+@pytest.mark.parametrize("trust", [TrustPolicy.LINK, "link", " Link "])
+def test_extract_incoming_takes_a_trust_policy_by_name(trust: TrustPolicy | str) -> None:
+    incoming = extract_incoming({"traceparent": VALID_PARENT}, trust=trust, baggage_allowlist="tenant")
+    assert incoming.trust is TrustPolicy.LINK
+    assert [(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") for link in incoming.links] == [
+        (VALID_TRACE, VALID_SPAN)
+    ]
+    assert trace.get_current_span(incoming.parent).get_span_context().is_valid is False
+
+
 def test_ignore_mode_discards_the_callers_context(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver, serve: Callable[[FastAPI], str]
 ) -> None:
@@ -405,10 +420,12 @@ def test_baggage_is_dropped_unless_allow_listed(
     otel = make_otel()
     open_base = serve(build_app(otel))
     listed_base = serve(build_app(otel, baggage_allowlist=["tenant"]))
-    sent = {"traceparent": VALID_PARENT, "baggage": "tenant=acme,user.id=mallory,role=admin"}
+    one_key_base = serve(build_app(otel, baggage_allowlist="tenant"))  # one key, not t, e, n, a
+    sent = {"traceparent": VALID_PARENT, "baggage": "tenant=acme,user.id=mallory,role=admin,t=x,e=y"}
     with httpx.Client(trust_env=False) as client:
         assert client.post(f"{open_base}/run", headers=sent).json()["baggage"] == {}
         assert client.post(f"{listed_base}/run", headers=sent).json()["baggage"] == {"tenant": "acme"}
+        assert client.post(f"{one_key_base}/run", headers=sent).json()["baggage"] == {"tenant": "acme"}
 
     # outgoing: baggage is only injected when asked for
     token = otel_context.attach(baggage.set_baggage("tenant", "acme"))

@@ -15,7 +15,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from kaos_otel import catalog
-from kaos_otel._config import TrustPolicy
+from kaos_otel._config import TrustPolicy, name_set
 from kaos_otel._internal_log import internal_error
 from kaos_otel._spans import SpanHandle
 from kaos_otel._telemetry import AgentTelemetry
@@ -82,9 +82,9 @@ class TraceContextMiddleware:
         self._trust = TrustPolicy.from_setting(trust) if trust is not None else default_trust
         default_allowlist = settings.baggage_allowlist if settings is not None else frozenset()
         self._baggage_allowlist = (
-            frozenset(baggage_allowlist) if baggage_allowlist is not None else default_allowlist
+            name_set(baggage_allowlist) if baggage_allowlist is not None else default_allowlist
         )
-        self._excluded = frozenset(excluded_paths)
+        self._excluded = name_set(excluded_paths)
         self._warned = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
