@@ -78,13 +78,13 @@ class ContentPolicy:
     max_text_length: int = DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
     """Cap on the other strings: span and event names, status descriptions, log bodies. No
     ``OTEL_*`` variable limits these, so the attribute limit does not either."""
-    _redacted: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    _redacted: dict[str, str] = field(default_factory=dict, init=False, compare=False, repr=False)
     """Recent short strings and their redacted form: span names, routes, model and agent names
     repeat on nearly every span, and the redactor costs microseconds per call."""
-    _secret_named: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+    _secret_named: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
     """Recent attribute keys and whether :attr:`secret_keys` names them a secret (a few keys
     repeat on every span)."""
-    _cleaned_keys: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    _cleaned_keys: dict[str, str] = field(default_factory=dict, init=False, compare=False, repr=False)
     """Recent attribute keys and their cleaned form (a key holding a credential is masked)."""
 
     @property

@@ -12,7 +12,7 @@ import asyncio
 import contextvars
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, Future
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 
 from opentelemetry import context as otel_context
 
@@ -20,6 +20,7 @@ from kaos_otel._spans import pinned_context
 
 P = ParamSpec("P")
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 def submit_in_context(executor: Executor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Future[T]:
@@ -29,7 +30,7 @@ def submit_in_context(executor: Executor, fn: Callable[P, T], *args: P.args, **k
 
 
 def run_in_executor_in_context(
-    executor: Executor | None, fn: Callable[..., T], *args: object
+    executor: Executor | None, fn: Callable[[*Ts], T], *args: *Ts
 ) -> asyncio.Future[T]:
     """``loop.run_in_executor`` that runs ``fn`` in a copy of the caller's context."""
     context = contextvars.copy_context()

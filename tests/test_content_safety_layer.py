@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import _logs, trace
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk._logs import LoggerProvider
@@ -46,7 +46,7 @@ CREDENTIAL = "hunter2plaincredential"
 
 
 def _emit_everywhere(
-    tracer_provider: trace.TracerProvider, logger: logging.Logger, logger_provider: LoggerProvider
+    tracer_provider: trace.TracerProvider, logger: logging.Logger, logger_provider: _logs.LoggerProvider
 ) -> None:
     tracer = tracer_provider.get_tracer("safety")
     with tracer.start_as_current_span("linked") as linked:

@@ -58,6 +58,8 @@ from typing import Any
 import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
 
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy
@@ -103,6 +105,10 @@ def _on_mem0_import(module: object) -> None:
         internal_error("instrumenting mem0 at its import", exc)
 
 
+_BASE_INSTRUMENTOR_ARGUMENTS = frozenset({"skip_dep_check", "raise_exception_on_conflict"})
+"""What ``BaseInstrumentor.instrument`` reads itself (``opentelemetry-instrument`` passes the second)."""
+
+
 class Mem0Instrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Traces and measures Mem0 memory operations; ``uninstrument()`` restores mem0 as it was."""
 
@@ -115,6 +121,30 @@ class Mem0Instrumentor(BaseInstrumentor):  # type: ignore[misc]
     def instrumentation_dependencies(self) -> Collection[str]:
         """The mem0ai versions supported."""
         return _instruments
+
+    def instrument(
+        self,
+        *,
+        telemetry: AgentTelemetry | None = None,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        capture_content: bool | str | None = None,
+        child_spans: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Trace and measure Mem0 (the arguments are described in this module's docstring);
+        ``BaseInstrumentor``'s own keywords (``skip_dep_check``) pass through."""
+        unknown = sorted(set(kwargs) - _BASE_INSTRUMENTOR_ARGUMENTS)
+        if unknown:
+            _log.warning("Mem0Instrumentor.instrument(): unknown arguments ignored: %s", ", ".join(unknown))
+        super().instrument(
+            telemetry=telemetry,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            capture_content=capture_content,
+            child_spans=child_spans,
+            **kwargs,
+        )
 
     def _instrument(self, **kwargs: Any) -> None:
         telemetry = kwargs.get("telemetry")
