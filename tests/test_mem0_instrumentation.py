@@ -449,6 +449,16 @@ async def test_child_spans_for_embedder_llm_and_vector_store(
 
 
 # --- instrument / uninstrument ------------------------------------------------------------------
+def test_an_unknown_instrument_argument_is_said(
+    instrumentor: Mem0Instrumentor, otel: KaosOtelManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    misspelt: dict[str, Any] = {"telemetri": otel}
+    instrumentor.instrument(**misspelt, skip_dep_check=True)
+    assert instrumentor.is_instrumented_by_opentelemetry
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("unknown arguments ignored: telemetri" in message for message in said), said
+
+
 def test_instrument_twice_does_not_double_spans(
     otel: KaosOtelManager,
     instrumentor: Mem0Instrumentor,
