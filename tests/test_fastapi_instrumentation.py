@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,65 @@ async def test_one_excluded_path_given_as_a_string_is_one_path(
     assert otel.force_flush(10)
     assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 1, 10)
     assert [span.name for span in _server_spans(otlp_receiver)] == ["GET /"]
+
+
+class ClientGone(OSError):
+    """What an ASGI 2.4 server's ``send`` raises once the client has gone."""
+
+
+async def _raises_before_answering(scope: Any, receive: Any, send: Any) -> None:
+    raise LookupError("no answer")
+
+
+async def _answers_then_runs_failing_background_work(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+    raise RuntimeError("background work failed")
+
+
+async def _answers_a_client_that_is_gone(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})  # raises ClientGone: not caught
+
+
+@pytest.mark.parametrize(
+    ("app", "raised", "status", "outcome", "error_type"),
+    [
+        (_raises_before_answering, LookupError, 500, "error", "LookupError"),
+        (_answers_then_runs_failing_background_work, RuntimeError, 200, None, None),
+        (_answers_a_client_that_is_gone, ClientGone, 200, "canceled", "client_disconnect"),
+    ],
+)
+async def test_the_server_span_ends_by_how_the_exchange_ended_and_the_apps_exception_passes(
+    app: Any,
+    raised: type[BaseException],
+    status: int,
+    outcome: str | None,
+    error_type: str | None,
+    make_otel: MakeOtel,
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    otel = make_otel()
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if app is _answers_a_client_that_is_gone and message["type"] == "http.response.body":
+            raise ClientGone("the client closed the connection")
+
+    scope = {"type": "http", "method": "POST", "path": "/ask", "headers": [], "root_path": ""}
+    with pytest.raises(raised):  # the app's own exception, unchanged
+        await TraceContextMiddleware(app, otel=otel)(scope, receive, send)
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 1, 10)
+    (span,) = _server_spans(otlp_receiver)
+    assert span.attributes[catalog.HTTP_RESPONSE_STATUS_CODE] == status
+    assert span.attributes.get(catalog.KAOS_OUTCOME) == outcome
+    assert span.attributes.get(catalog.ERROR_TYPE) == error_type
+    assert (span.status_code == "ERROR") is (outcome == "error")
+    events = [event.name for event in span.events]
+    assert events == ([] if outcome == "canceled" else ["exception"])
 
 
 async def test_server_spans_carry_the_full_route_template_however_the_request_ends(

@@ -1,8 +1,11 @@
 """ASGI (FastAPI, Starlette) server spans that continue the caller's trace under a trust policy.
 
 The SERVER span is current while the application runs, so the agent's ``invoke_agent`` span is
-its child, and it stays open until the last chunk of a streaming response has been sent. A
-response the client cut short (it disconnected before the last chunk) ends ``canceled``.
+its child, and it stays open until the application returns: after the last chunk of a streaming
+response, and after background tasks run once the response was sent (their exceptions are events
+on the span, which the response's status decides). A response the client cut short ends
+``canceled``, when the application or the server sees the disconnect (an app that never reads
+its request again, on a server that drops writes to a closed connection, learns nothing of it).
 """
 
 from __future__ import annotations
@@ -107,17 +110,21 @@ class TraceContextMiddleware:
         completed = disconnected = False
 
         async def send_with_status(message: Message) -> None:
-            nonlocal status_code, completed
+            nonlocal status_code, completed, disconnected
             kind = message["type"]
             if kind == "http.response.start":
                 status_code = int(message["status"])
                 handle.set_attribute(catalog.HTTP_RESPONSE_STATUS_CODE, status_code)
-            elif (kind == "http.response.body" and not message.get("more_body", False)) or kind in (
+            final = (kind == "http.response.body" and not message.get("more_body", False)) or kind in (
                 "http.response.pathsend",
                 "http.response.zerocopysend",
-            ):
-                completed = True
-            await send(message)
+            )
+            try:
+                await send(message)
+            except OSError:  # ASGI 2.4: the client has gone
+                disconnected = True
+                raise
+            completed = completed or final
 
         async def receive_watching_disconnect() -> Message:
             nonlocal disconnected
@@ -130,14 +137,10 @@ class TraceContextMiddleware:
             await self.app(scope, receive_watching_disconnect, send_with_status)
         except BaseException as exc:
             _name_by_route(handle, scope, root_path)
-            handle.failure(exc)
+            _end_server_span(handle, exc, status_code, completed=completed, disconnected=disconnected)
             raise
         _name_by_route(handle, scope, root_path)
-        if disconnected or not completed:  # the client went away before the whole response
-            handle.set_outcome(Outcome.CANCELED, _CLIENT_DISCONNECT)
-        elif status_code >= 500:
-            handle.set_outcome(Outcome.ERROR, error_type=str(status_code))
-        handle.success()
+        _end_server_span(handle, None, status_code, completed=completed, disconnected=disconnected)
 
     def _warn_if_doubled(self, scope: Scope) -> None:
         """Report, once per middleware, a second server span around this one (with the fix)."""
@@ -181,6 +184,34 @@ _KNOWN_METHODS = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATC
 _OTHER_METHOD = "_OTHER"
 """The HTTP conventions' method for any other (names a span ``HTTP``): a client cannot make up
 span names or label values."""
+
+
+def _end_server_span(
+    handle: SpanHandle, exc: BaseException | None, status_code: int, *, completed: bool, disconnected: bool
+) -> None:
+    """End the server span by how the exchange ended; never raises.
+
+    - The whole response sent: its status decides (5xx: ``error``). An exception after it (a
+      background task) is recorded as an event: the client had its answer.
+    - The client gone first (a disconnect seen, a send that raised): ``canceled``, also when the
+      application then raised for it (Starlette's ``ClientDisconnect``).
+    - An exception before any response: ``error``, with status 500, which the server answers.
+    """
+    try:
+        if exc is not None and completed:
+            handle.record_exception(exc)
+        elif exc is not None and not disconnected:
+            if not status_code and isinstance(exc, Exception):  # not a cancellation
+                handle.set_attribute(catalog.HTTP_RESPONSE_STATUS_CODE, 500)
+            handle.failure(exc)
+            return
+        if disconnected or not completed:
+            handle.set_outcome(Outcome.CANCELED, _CLIENT_DISCONNECT)
+        elif status_code >= 500:
+            handle.set_outcome(Outcome.ERROR, error_type=str(status_code))
+        handle.success()
+    except Exception as internal:
+        internal_error("ending a server span", internal)
 
 
 def _route_path(path: str, root_path: str) -> str:
