@@ -3,7 +3,11 @@
 A begun span is current until it ends. Ending never uses a context token created elsewhere: the
 handle remembers the context that was current when it began and, if its own context is still
 current, puts back the nearest ancestor context whose span is still open. Ending out of order,
-or from another task or thread, therefore never corrupts the current context.
+or from another task or thread, therefore never corrupts the current context. A span begun in one
+task and ended in another stays current in the task that began it (another task cannot change
+that one's context): kaos-otel's own spans there skip it as ended, but another library's spans
+and log records take it as parent until that task begins its next span or leaves the context.
+Begin the span with ``with`` or the decorator in such code, or end it in the task that began it.
 """
 
 from __future__ import annotations
