@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 from types import UnionType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 
 API_MD = Path(__file__).resolve().parent / "api.md"
 MODULES = (
@@ -124,7 +124,7 @@ def _defined_in(module: Any) -> list[str]:
         for name, obj in vars(module).items()
         if not name.startswith("_")
         and getattr(obj, "__module__", None) == module.__name__
-        and not isinstance(obj, TypeVar | ParamSpec)
+        and not isinstance(obj, TypeVar | ParamSpec | TypeVarTuple)
     ]
 
 

@@ -14,6 +14,8 @@ arguments of :class:`~kaos_otel.KaosOtelManager` are explicit overrides. Nothing
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -196,7 +198,7 @@ class TelemetrySettings:
         """Read what the SDK has no reader for from ``os.environ``, then apply non-``None`` overrides."""
         env = os.environ
         values = {key: value for key, value in overrides.items() if value is not None}
-        _check_overrides(values)
+        values.update(_checked_overrides(values))
         protocol = values.pop("protocol", None)
         endpoint = values.pop("endpoint", None) or None  # blank: as not given
         endpoints: dict[str, str] = {}
@@ -262,31 +264,38 @@ class TelemetrySettings:
         )
 
 
-_POSITIVE_OVERRIDES = (
-    "metric_export_interval_ms",
-    "span_schedule_delay_ms",
-    "span_max_queue_size",
-    "export_timeout_s",
-)
+_WHOLE_OVERRIDES = ("metric_export_interval_ms", "span_schedule_delay_ms", "span_max_queue_size")
 _MAPPING_OVERRIDES = ("headers", "resource_attributes")
 
 
-def _check_overrides(values: Mapping[str, object]) -> None:
-    """Refuse an explicit override no exporter could use, naming it, before anything is built."""
-    for name in _POSITIVE_OVERRIDES:
+def _checked_overrides(values: Mapping[str, object]) -> dict[str, object]:
+    """The explicit overrides the exporters are given (sizes and milliseconds as whole numbers,
+    mappings as dicts); one no exporter could use is refused by name before anything is built."""
+    checked: dict[str, object] = {}
+    for name in (*_WHOLE_OVERRIDES, "export_timeout_s"):
         if name not in values:
             continue
-        value, whole = values[name], name != "export_timeout_s"
-        kind = "a positive whole number" if whole else "a positive number of seconds"
-        if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
-            raise TypeError(f"kaos-otel: {name} must be {kind}, not {type(value).__name__}")
-        if not value > 0:
-            raise ValueError(f"kaos-otel: {name} must be {kind}, not {value!r}")
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"kaos-otel: {name} must be a positive number, not {type(value).__name__}")
+        real = float(value)
+        number = round(real) if name in _WHOLE_OVERRIDES and math.isfinite(real) else real
+        if not math.isfinite(real) or number <= 0:
+            raise ValueError(f"kaos-otel: {name} must be a positive number, not {value!r}")
+        checked[name] = number
     for name in _MAPPING_OVERRIDES:
-        if name in values and not isinstance(values[name], Mapping):
+        if name not in values:
+            continue
+        value = values[name]
+        try:
+            if isinstance(value, str | bytes):
+                raise TypeError(type(value).__name__)
+            checked[name] = dict(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError) as exc:
             raise TypeError(
-                f"kaos-otel: {name} must be a mapping of names to values, not {type(values[name]).__name__}"
-            )
+                f"kaos-otel: {name} must be a mapping of names to values, not {type(value).__name__}"
+            ) from exc
+    return checked
 
 
 _OTLP_EXPORTER_NAMES: dict[str, OtlpProtocol | None] = {
@@ -385,8 +394,10 @@ def _capture(raw: str | None) -> ContentCapture:
     value = (raw or "").strip().upper()
     if value in ("TRUE", "1", "YES", "ON"):
         return ContentCapture.SPAN_AND_EVENT
-    if value in _CAPTURE_OFF or value in ContentCapture.__members__:
-        return enum_member(ContentCapture, value, ContentCapture.NO_CONTENT)
+    if value in _CAPTURE_OFF:
+        return ContentCapture.NO_CONTENT
+    if value in ContentCapture.__members__:
+        return ContentCapture(value)
     log_once(
         f"unknown-capture-{value}",
         "kaos-otel: content capture %r is not one of %s, true or false; no content is captured",
@@ -402,6 +413,8 @@ _CAPTURE_OFF = frozenset({"", "FALSE", "0", "NO", "OFF"})
 def name_set(names: Iterable[str]) -> frozenset[str]:
     """The strings of ``names`` as a set; one string is one name, not its characters
     (``excluded_paths="/health"``), and an item that is not a string is not a name."""
+    if type(names) is frozenset:  # already a set (the middleware's allow-list, per request)
+        return names
     return frozenset(
         name for name in ((names,) if isinstance(names, str) else names) if isinstance(name, str)
     )

@@ -149,6 +149,30 @@ def _shut_down(provider: object, kind: str) -> bool:
     return True
 
 
+def _install(
+    set_provider: Callable[[Any], None], get_provider: Callable[[], object], provider: object
+) -> bool:
+    """Install ``provider`` globally; ``False`` if another was installed first (the API keeps it)."""
+    set_provider(provider)
+    return get_provider() is provider
+
+
+def _set_up_by(providers: Sequence[Any]) -> str:
+    """Who set up global ``providers`` this pipeline found, for a notice."""
+    kaos = [
+        p
+        for p in map(_sdk_provider, providers)
+        if p in _BUILT and isinstance(p, TracerProvider | LoggerProvider)
+    ]
+    if kaos:
+        return (
+            f"by an earlier kaos-otel manager, service.name={kaos[0].resource.attributes.get(SERVICE_NAME)!r}"
+        )
+    if any(_sdk_provider(p) in _BUILT for p in providers):
+        return "by an earlier kaos-otel manager"
+    return "by opentelemetry-instrument or the application"
+
+
 def _flush(providers: Sequence[Any], timeout: float) -> bool:
     """Flush ``providers`` within ``timeout`` seconds, even if the collector hangs."""
     flushable = [p for p in providers if callable(getattr(p, "force_flush", None))]
@@ -202,7 +226,7 @@ class ExportPipeline:
         if settings.disabled:
             return
         resource = build_resource(settings, policy)
-        installs: list[Callable[[], object]] = []
+        installs: list[Callable[[], bool]] = []
         try:
             self.tracer_provider = self._tracer_provider(resource, policy, global_providers, installs)
             self.meter_provider = self._meter_provider(
@@ -214,8 +238,14 @@ class ExportPipeline:
                 [provider.shutdown for provider in self._owned], DEFAULT_SHUTDOWN_TIMEOUT_S, "shutdown"
             )
             raise
-        for install in installs:
-            install()
+        if not all([install() for install in installs]):  # every one, then: did another win?
+            log_once(
+                "installed-meanwhile",
+                "kaos-otel: global providers were installed by another manager or the application "
+                "while this manager was being created; it exports through providers of its own, which "
+                "other instrumentations do not reach. Create managers one at a time (configure() does)",
+                level=logging.WARNING,
+            )
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
         with _USERS_LOCK:
             _BUILT.update(self._owned)
@@ -260,21 +290,17 @@ class ExportPipeline:
         )
         if not differing:
             return
-        earlier = next((provider for provider in adopted if provider in _BUILT), None)
-        if earlier is not None:  # one set of global providers per process
-            by = f"an earlier manager, service.name={earlier.resource.attributes.get(SERVICE_NAME)!r}"
-            advice = (
-                "share that manager (kaos_otel.configure()) and name each agent in invoke_agent(), "
-                "or pass global_providers=False to export as another service"
-            )
-        else:
-            by = "opentelemetry-instrument or the application"
-            advice = "set OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES instead"
+        by_kaos = any(_sdk_provider(provider) in _BUILT for provider in adopted)
         log_once(
             "resource-not-applied",
-            "kaos-otel: the global providers were set up before this manager (by %s) and keep their "
+            "kaos-otel: the global providers were set up before this manager (%s) and keep their "
             "resource: %s given here not applied; %s",
-            by, ", ".join(differing), advice,
+            _set_up_by(adopted), ", ".join(differing),
+            "a process has one service name: set OTEL_SERVICE_NAME, share that manager "
+            "(kaos_otel.configure()) and tell agents apart by their invoke_agent() names, or pass "
+            "global_providers=False to export as another service"
+            if by_kaos
+            else "set OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES instead",
             level=logging.WARNING,
         )  # fmt: skip
 
@@ -303,12 +329,13 @@ class ExportPipeline:
             if not self._built(provider) and _EXPORT_SETTINGS.get(provider) != self._export_settings(signal)
         ]
         if given and adopted:
+            providers = self._providers_by_signal()
             log_once(
                 "export-not-applied",
-                "kaos-otel: the global providers of %s were set up before this manager (by "
-                "opentelemetry-instrument or the application) and export as they were set up: %s "
-                "given here not applied to them; set the OTEL_EXPORTER_OTLP_* variables instead",
-                ", ".join(adopted), ", ".join(given),
+                "kaos-otel: the global providers of %s were set up before this manager (%s) and "
+                "export as they were set up: %s given here not applied to them; set the "
+                "OTEL_EXPORTER_OTLP_* variables instead",
+                ", ".join(adopted), _set_up_by([providers[signal] for signal in adopted]), ", ".join(given),
                 level=logging.WARNING,
             )  # fmt: skip
 
@@ -359,7 +386,7 @@ class ExportPipeline:
         resource: Resource,
         policy: ContentPolicy,
         global_providers: bool,
-        installs: list[Callable[[], object]],
+        installs: list[Callable[[], bool]],
     ) -> trace.TracerProvider:
         current = trace.get_tracer_provider()
         if global_providers and not isinstance(current, trace.ProxyTracerProvider):
@@ -389,7 +416,9 @@ class ExportPipeline:
             )
         self._owned.append(provider)
         if global_providers:
-            installs.append(functools.partial(trace.set_tracer_provider, provider))
+            installs.append(
+                functools.partial(_install, trace.set_tracer_provider, trace.get_tracer_provider, provider)
+            )
         return provider
 
     def _meter_provider(
@@ -397,7 +426,7 @@ class ExportPipeline:
         resource: Resource,
         global_providers: bool,
         export_other_metrics: bool,
-        installs: list[Callable[[], object]],
+        installs: list[Callable[[], bool]],
     ) -> metrics.MeterProvider:
         current = metrics.get_meter_provider()
         if global_providers and isinstance(
@@ -419,30 +448,36 @@ class ExportPipeline:
             global_providers = False
         settings = self.settings
         readers: list[MetricReader] = []
-        if "metrics" in settings.endpoints:
-            # OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT are read by the reader unless overridden.
-            readers.append(
-                PeriodicExportingMetricReader(
-                    otlp_metric_exporter(settings, self.health),
-                    export_interval_millis=settings.metric_export_interval_ms,
+        try:
+            if "metrics" in settings.endpoints:
+                # OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT are read by the reader unless overridden.
+                readers.append(
+                    PeriodicExportingMetricReader(
+                        otlp_metric_exporter(settings, self.health),
+                        export_interval_millis=settings.metric_export_interval_ms,
+                    )
                 )
-            )
-        if settings.to_console("metrics"):
-            readers.append(
-                PeriodicExportingMetricReader(
-                    ConsoleMetricExporter(), export_interval_millis=settings.metric_export_interval_ms
+            if settings.to_console("metrics"):
+                readers.append(
+                    PeriodicExportingMetricReader(
+                        ConsoleMetricExporter(), export_interval_millis=settings.metric_export_interval_ms
+                    )
                 )
+            sdk_provider = MeterProvider(
+                metric_readers=readers,
+                resource=resource,
+                views=metric_views(drop_unlisted=False),
+                shutdown_on_exit=False,
             )
-        sdk_provider = MeterProvider(
-            metric_readers=readers,
-            resource=resource,
-            views=metric_views(drop_unlisted=False),
-            shutdown_on_exit=False,
-        )
+        except BaseException:  # a reader's thread runs from its creation: stopped with the rest
+            run_with_deadline([reader.shutdown for reader in readers], DEFAULT_SHUTDOWN_TIMEOUT_S, "shutdown")
+            raise
         self._owned.append(sdk_provider)
         provider = CatalogMeterProvider(sdk_provider, other_meters=export_other_metrics)
         if global_providers:
-            installs.append(functools.partial(metrics.set_meter_provider, provider))
+            installs.append(
+                functools.partial(_install, metrics.set_meter_provider, metrics.get_meter_provider, provider)
+            )
         return provider
 
     def _logger_provider(
@@ -450,7 +485,7 @@ class ExportPipeline:
         resource: Resource,
         policy: ContentPolicy,
         global_providers: bool,
-        installs: list[Callable[[], object]],
+        installs: list[Callable[[], bool]],
     ) -> _logs.LoggerProvider:
         current = get_logger_provider()
         if global_providers and isinstance(current, LoggerProvider | NoOpLoggerProvider):
@@ -475,7 +510,7 @@ class ExportPipeline:
             )
         self._owned.append(provider)
         if global_providers:
-            installs.append(functools.partial(set_logger_provider, provider))
+            installs.append(functools.partial(_install, set_logger_provider, get_logger_provider, provider))
         return provider
 
     def _bridge_logging(self, policy: ContentPolicy) -> None:

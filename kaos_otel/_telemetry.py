@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, Self, TypeVar, overload
+from typing import Any, NamedTuple, TypeVar, overload
 
 from opentelemetry import metrics, trace
 from opentelemetry._logs import Logger, LoggerProvider, LogRecord, get_logger_provider
@@ -48,7 +48,7 @@ def _given_attributes(where: str, attributes: object) -> Mapping[str, object]:
         return {}
     if isinstance(attributes, Mapping):
         return attributes
-    internal_error(where, TypeError(f"not attributes: {_described(attributes)}"))
+    internal_error(f"{where} attributes", TypeError(f"not attributes: {_described(attributes)}"))
     return {}
 
 
@@ -213,7 +213,7 @@ class AgentTelemetry:
         enabled: bool = True,
         scope: str = METER_NAME,
         logger_provider: LoggerProvider | None = None,
-    ) -> Self:
+    ) -> AgentTelemetry:
         """Domain helpers on providers you built (default: the global ones).
 
         Build the meter provider with :func:`kaos_otel.metric_views` so the label contract holds,

@@ -12,7 +12,7 @@ import asyncio
 import contextvars
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, Future
-from typing import Any, ParamSpec, TypeVar, TypeVarTuple
+from typing import Any, ParamSpec, TypeVar, TypeVarTuple, Unpack
 
 from opentelemetry import context as otel_context
 
@@ -30,7 +30,9 @@ def submit_in_context(executor: Executor, fn: Callable[P, T], *args: P.args, **k
 
 
 def run_in_executor_in_context(
-    executor: Executor | None, fn: Callable[[*Ts], T], *args: *Ts
+    executor: Executor | None,
+    fn: Callable[[Unpack[Ts]], T],
+    *args: Unpack[Ts],  # noqa: UP044 (``*Ts`` would not evaluate before Python 3.12: inspect, typeguard)
 ) -> asyncio.Future[T]:
     """``loop.run_in_executor`` that runs ``fn`` in a copy of the caller's context."""
     context = contextvars.copy_context()

@@ -313,6 +313,45 @@ os._exit(0)
     assert stopped == "[]"
 
 
+def test_a_manager_whose_globals_another_installed_meanwhile_says_so() -> None:
+    result = run_python(
+        """
+import logging, os, threading
+import kaos_otel._pipeline as pipeline
+from opentelemetry import trace
+from kaos_otel import KaosOtelManager
+
+building, second_done = threading.Event(), threading.Event()
+real_log_exporter = pipeline.otlp_log_exporter
+
+def log_exporter_while_another_manager_is_made(settings):
+    if threading.current_thread().name == "first":
+        building.set()
+        second_done.wait(10)
+    return real_log_exporter(settings)
+
+pipeline.otlp_log_exporter = log_exporter_while_another_manager_is_made
+made = {}
+first = threading.Thread(name="first", target=lambda: made.setdefault("first", KaosOtelManager("first")))
+first.start()
+building.wait(10)
+made["second"] = KaosOtelManager("second")
+second_done.set()
+first.join(10)
+print(made["second"].tracer_provider is trace.get_tracer_provider(),
+      made["first"].tracer_provider is trace.get_tracer_provider())
+os._exit(0)
+""",
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+        OTEL_METRIC_EXPORT_INTERVAL="600000",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False"]
+    assert "installed by another manager or the application while this manager was being created" in (
+        result.stderr
+    )
+
+
 def test_a_manager_made_inside_dictconfig_while_another_shuts_down_does_not_deadlock() -> None:
     """``dictConfig`` holds logging's lock while a handler factory makes a manager (which keeps its
     bridge on the root); a shutdown on another thread releases a bridge meanwhile."""

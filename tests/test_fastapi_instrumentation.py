@@ -125,15 +125,68 @@ def test_another_server_instrumentation_around_the_app_is_reported_once(
 
 
 @pytest.mark.fast
-def test_a_second_call_is_ignored(make_otel: MakeOtel, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_second_call_is_ignored(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
     otel = make_otel()
     app = FastAPI()
+
+    @app.get("/")
+    async def index() -> dict[str, str]:
+        return {}
+
     instrument_app(app, otel)
     with caplog.at_level(logging.WARNING, "kaos_otel"):
         instrument_app(app, otel)
-    middleware: list[object] = [m.cls for m in app.user_middleware]
-    assert middleware == [TraceContextMiddleware]
     assert "already called" in caplog.text
+    with TestClient(app) as client:
+        assert client.get("/").status_code == 200
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 1, 10)
+    time.sleep(0.2)
+    assert [span.name for span in _server_spans(otlp_receiver)] == ["GET /"]
+
+
+@pytest.mark.fast
+def test_instrument_app_on_an_app_already_serving_says_it_is_too_late(make_otel: MakeOtel) -> None:
+    app = FastAPI()
+    with TestClient(app) as client:
+        client.get("/missing")
+        with pytest.raises(RuntimeError, match="before the app starts serving"):
+            instrument_app(app, make_otel())
+
+
+async def test_an_unhandled_exception_is_seen_with_the_status_the_client_gets(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    app = FastAPI()
+
+    @app.get("/crash")
+    async def crash() -> None:
+        raise LookupError("no answer")
+
+    @app.get("/unavailable")
+    async def unavailable() -> None:
+        raise TimeoutError("upstream")
+
+    @app.exception_handler(Exception)  # a catch-all: Starlette's ServerErrorMiddleware runs it
+    async def answer(request: Any, exc: Exception) -> PlainTextResponse:
+        return PlainTextResponse("sorry", status_code=503 if isinstance(exc, TimeoutError) else 500)
+
+    instrument_app(app, otel)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+        assert (await client.get("/crash")).status_code == 500
+        assert (await client.get("/unavailable")).status_code == 503
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 2, 10)
+    spans = {span.name: span for span in _server_spans(otlp_receiver)}
+    crashed, handled = spans["GET /crash"], spans["GET /unavailable"]
+    assert crashed.attributes[catalog.HTTP_RESPONSE_STATUS_CODE] == 500
+    assert crashed.status_code == "ERROR" and [e.name for e in crashed.events] == ["exception"]
+    assert handled.attributes[catalog.HTTP_RESPONSE_STATUS_CODE] == 503
+    assert handled.attributes[catalog.ERROR_TYPE] == "503"
 
 
 async def test_one_excluded_path_given_as_a_string_is_one_path(
@@ -181,7 +234,7 @@ async def _answers_a_client_that_is_gone(scope: Any, receive: Any, send: Any) ->
 @pytest.mark.parametrize(
     ("app", "raised", "status", "outcome", "error_type"),
     [
-        (_raises_before_answering, LookupError, 500, "error", "LookupError"),
+        (_raises_before_answering, LookupError, None, "error", "LookupError"),
         (_answers_then_runs_failing_background_work, RuntimeError, 200, None, None),
         (_answers_a_client_that_is_gone, ClientGone, 200, "canceled", "client_disconnect"),
     ],
@@ -189,7 +242,7 @@ async def _answers_a_client_that_is_gone(scope: Any, receive: Any, send: Any) ->
 async def test_the_server_span_ends_by_how_the_exchange_ended_and_the_apps_exception_passes(
     app: Any,
     raised: type[BaseException],
-    status: int,
+    status: int | None,
     outcome: str | None,
     error_type: str | None,
     make_otel: MakeOtel,
@@ -210,12 +263,11 @@ async def test_the_server_span_ends_by_how_the_exchange_ended_and_the_apps_excep
     assert otel.force_flush(10)
     assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 1, 10)
     (span,) = _server_spans(otlp_receiver)
-    assert span.attributes[catalog.HTTP_RESPONSE_STATUS_CODE] == status
+    assert span.attributes.get(catalog.HTTP_RESPONSE_STATUS_CODE) == status  # none seen: none guessed
     assert span.attributes.get(catalog.KAOS_OUTCOME) == outcome
     assert span.attributes.get(catalog.ERROR_TYPE) == error_type
     assert (span.status_code == "ERROR") is (outcome == "error")
-    events = [event.name for event in span.events]
-    assert events == ([] if outcome == "canceled" else ["exception"])
+    assert [event.name for event in span.events] == ["exception"]
 
 
 async def test_server_spans_carry_the_full_route_template_however_the_request_ends(

@@ -589,9 +589,8 @@ def test_two_managers_on_the_global_providers_export_each_log_once(otlp_receiver
     notices = [log.body for log in otlp_receiver.logs() if log.body.startswith("kaos-otel:")]
     # the second manager's service name cannot reach the providers it found, and it says whose they are
     assert len(notices) == 1 and "keep their resource: service.name given here not applied" in notices[0]
-    assert (
-        "by an earlier manager, service.name='app'" in notices[0] and "global_providers=False" in notices[0]
-    )
+    assert "by an earlier kaos-otel manager, service.name='app'" in notices[0]
+    assert "set OTEL_SERVICE_NAME" in notices[0] and "global_providers=False" in notices[0]
     bodies = sorted(log.body for log in otlp_receiver.logs() if log.body not in notices)
     assert bodies == ["exported once", "still exported"]
     assert "keep their resource" in result.stderr  # printed too: the app configured no logging
@@ -707,6 +706,7 @@ def test_a_protocol_kaos_otel_cannot_build_is_said(
         ({"span_schedule_delay_ms": True}, TypeError),
         ({"metric_export_interval_ms": "100"}, TypeError),
         ({"export_timeout_s": 0.0}, ValueError),
+        ({"metric_export_interval_ms": float("inf")}, ValueError),
         ({"headers": "api-key=abc"}, TypeError),
         ({"resource_attributes": ["team"]}, TypeError),
         ({"redactor": None}, TypeError),
@@ -718,6 +718,20 @@ def test_an_argument_no_exporter_could_use_is_refused_by_name(
     (name,) = override
     with pytest.raises(error, match=f"kaos-otel: {name} must be"):
         KaosOtelManager("refused", global_providers=False, **override)  # type: ignore[arg-type]
+
+
+def test_numbers_and_pairs_an_exporter_can_use_are_taken_as_before() -> None:
+    settings = TelemetrySettings.from_env(
+        metric_export_interval_ms=1500.0,  # interval_s * 1000
+        span_max_queue_size=64.0,
+        export_timeout_s=2,
+        headers=[("api-key", "abc")],
+        resource_attributes=[("team", "search")],
+    )
+    assert (settings.metric_export_interval_ms, settings.span_max_queue_size) == (1500, 64)
+    assert settings.export_timeout_s == 2.0
+    assert settings.headers == {"api-key": "abc"}
+    assert settings.resource_attributes == {"team": "search"}
 
 
 @pytest.mark.parametrize(

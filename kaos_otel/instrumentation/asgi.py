@@ -115,16 +115,19 @@ class TraceContextMiddleware:
             if kind == "http.response.start":
                 status_code = int(message["status"])
                 handle.set_attribute(catalog.HTTP_RESPONSE_STATUS_CODE, status_code)
-            final = (kind == "http.response.body" and not message.get("more_body", False)) or kind in (
-                "http.response.pathsend",
-                "http.response.zerocopysend",
+            sent_before = completed
+            # complete before the send returns: a server may answer receive() with a disconnect
+            # once the response is out, while this send is still awaiting (hypercorn does)
+            completed = (
+                completed
+                or (kind == "http.response.body" and not message.get("more_body", False))
+                or kind in ("http.response.pathsend", "http.response.zerocopysend")
             )
             try:
                 await send(message)
             except OSError:  # ASGI 2.4: the client has gone
-                disconnected = True
+                completed, disconnected = sent_before, True
                 raise
-            completed = completed or final
 
         async def receive_watching_disconnect() -> Message:
             nonlocal disconnected
@@ -194,15 +197,14 @@ def _end_server_span(
     - The whole response sent: its status decides (5xx: ``error``). An exception after it (a
       background task) is recorded as an event: the client had its answer.
     - The client gone first (a disconnect seen, a send that raised): ``canceled``, also when the
-      application then raised for it (Starlette's ``ClientDisconnect``).
-    - An exception before any response: ``error``, with status 500, which the server answers.
+      application then raised (Starlette's ``ClientDisconnect``; the exception is an event).
+    - An exception before any response: ``error``. The status the client then gets is not seen
+      here unless the middleware wraps the app's error handling (``instrument_app`` places it so).
     """
     try:
-        if exc is not None and completed:
+        if exc is not None and (completed or disconnected):
             handle.record_exception(exc)
-        elif exc is not None and not disconnected:
-            if not status_code and isinstance(exc, Exception):  # not a cancellation
-                handle.set_attribute(catalog.HTTP_RESPONSE_STATUS_CODE, 500)
+        elif exc is not None:
             handle.failure(exc)
             return
         if disconnected or not completed:

@@ -2,8 +2,10 @@
 
 ``instrument_app(app, otel)`` before the app starts serving:
 
-- adds :class:`~kaos_otel.instrumentation.asgi.TraceContextMiddleware` (W3C trace context under the
-  trust policy, the agent's spans as children of the SERVER span, streaming kept in context);
+- wraps the app in :class:`~kaos_otel.instrumentation.asgi.TraceContextMiddleware` (W3C trace
+  context under the trust policy, the agent's spans as children of the SERVER span, streaming
+  kept in context), outside Starlette's error handling, so the span carries the status an
+  unhandled exception is answered with;
 - turns FastAPI's native telemetry off on that app (FastAPI 0.16x adds its own server span), so
   each request has exactly one SERVER span whatever FastAPI version is installed;
 - flushes telemetry when the app's lifespan ends. ``uvicorn app:app`` and gunicorn's uvicorn
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from kaos_otel.instrumentation.asgi import FASTAPI_NATIVE_TELEMETRY_OFF, TraceContextMiddleware
+from kaos_otel.instrumentation.asgi import FASTAPI_NATIVE_TELEMETRY_OFF, ASGIApp, TraceContextMiddleware
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -54,15 +56,24 @@ def instrument_app(
     if getattr(app.state, _MARK, False):
         _log.warning("kaos-otel: instrument_app was already called on this app; the second call is ignored")
         return
+    if app.middleware_stack is not None:
+        raise RuntimeError("kaos-otel: instrument_app must be called before the app starts serving")
     setattr(app.state, _MARK, True)
     _native_telemetry_off(app)
-    app.add_middleware(
-        TraceContextMiddleware,
-        otel=otel,
-        trust=trust,
-        baggage_allowlist=baggage_allowlist,
-        excluded_paths=excluded_paths,
-    )
+    build_stack = app.build_middleware_stack
+
+    def build_stack_inside_server_spans() -> ASGIApp:
+        # outside Starlette's ServerErrorMiddleware: the server span sees the status an unhandled
+        # exception is answered with (500, or what an app's exception handler sends)
+        return TraceContextMiddleware(
+            build_stack(),
+            otel=otel,
+            trust=trust,
+            baggage_allowlist=baggage_allowlist,
+            excluded_paths=excluded_paths,
+        )
+
+    setattr(app, "build_middleware_stack", build_stack_inside_server_spans)  # noqa: B010
     app.router.lifespan_context = _flushing(app.router.lifespan_context, otel, flush_timeout_s)
 
 
