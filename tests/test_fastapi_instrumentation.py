@@ -4,6 +4,7 @@ telemetry flushed when ``uvicorn app:app`` or gunicorn's uvicorn workers get SIG
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -268,6 +269,42 @@ async def test_the_server_span_ends_by_how_the_exchange_ended_and_the_apps_excep
     assert span.attributes.get(catalog.ERROR_TYPE) == error_type
     assert (span.status_code == "ERROR") is (outcome == "error")
     assert [event.name for event in span.events] == ["exception"]
+
+
+async def test_a_disconnect_a_server_reports_during_the_final_send_leaves_the_response_complete(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """Servers may answer ``receive()`` with ``http.disconnect`` once the response is out, while
+    the final send still awaits (hypercorn); Starlette's streaming responses listen meanwhile."""
+    otel = make_otel()
+    final_send = asyncio.Event()
+
+    async def streams_while_listening_for_disconnect(scope: Any, receive: Any, send: Any) -> None:
+        async def listen() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        listener = asyncio.create_task(listen())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"done"})
+        await listener
+
+    async def receive() -> MutableMapping[str, Any]:
+        await final_send.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            final_send.set()
+            for _ in range(5):  # the server finishes the connection: the listener runs meanwhile
+                await asyncio.sleep(0)
+
+    scope = {"type": "http", "method": "GET", "path": "/stream", "headers": [], "root_path": ""}
+    await TraceContextMiddleware(streams_while_listening_for_disconnect, otel=otel)(scope, receive, send)
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 1, 10)
+    (span,) = _server_spans(otlp_receiver)
+    assert catalog.KAOS_OUTCOME not in span.attributes and span.status_code == "UNSET"
 
 
 async def test_server_spans_carry_the_full_route_template_however_the_request_ends(
