@@ -273,29 +273,49 @@ def _checked_overrides(values: Mapping[str, object]) -> dict[str, object]:
     mappings as dicts); one no exporter could use is refused by name before anything is built."""
     checked: dict[str, object] = {}
     for name in (*_WHOLE_OVERRIDES, "export_timeout_s"):
-        if name not in values:
-            continue
-        value = values[name]
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"kaos-otel: {name} must be a positive number, not {type(value).__name__}")
-        real = float(value)
-        number = round(real) if name in _WHOLE_OVERRIDES and math.isfinite(real) else real
-        if not math.isfinite(real) or number <= 0:
-            raise ValueError(f"kaos-otel: {name} must be a positive number, not {value!r}")
-        checked[name] = number
+        if name in values:
+            checked[name] = _positive(name, values[name], whole=name in _WHOLE_OVERRIDES)
     for name in _MAPPING_OVERRIDES:
-        if name not in values:
-            continue
-        value = values[name]
-        try:
-            if isinstance(value, str | bytes):
-                raise TypeError(type(value).__name__)
-            checked[name] = dict(value)  # type: ignore[call-overload]
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"kaos-otel: {name} must be a mapping of names to values, not {type(value).__name__}"
-            ) from exc
+        if name in values:
+            checked[name] = _pairs(name, values[name])
     return checked
+
+
+_LARGEST_OVERRIDE = 1_000_000_000
+"""More milliseconds and seconds than an exporter waits, and more items than a queue holds."""
+
+
+def _positive(name: str, value: object, *, whole: bool) -> int | float:
+    """``value`` as a positive finite number (rounded if ``whole``), or an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"kaos-otel: {name} must be a positive number, not {type(value).__name__}")
+    try:
+        real = float(value)
+    except OverflowError:  # an int too large for a float
+        real = math.inf
+    number = round(real) if whole and math.isfinite(real) else real
+    if not math.isfinite(real) or not 0 < number <= _LARGEST_OVERRIDE:
+        rounded = " (whole, once rounded)" if whole else ""
+        raise ValueError(
+            f"kaos-otel: {name} must be a positive number{rounded} up to {_LARGEST_OVERRIDE:,}, "
+            f"not {repr(value)[:40]}"
+        )
+    return number
+
+
+def _pairs(name: str, value: object) -> dict[object, object]:
+    """``value`` (a mapping, or pairs) as a dict, or an error naming ``name``; text is no pairs."""
+    try:
+        if isinstance(value, str | bytes):
+            raise TypeError("text")
+        items = list(value.items() if isinstance(value, Mapping) else value)  # type: ignore[call-overload]
+        if any(isinstance(item, str | bytes) for item in items):
+            raise TypeError("text")
+        return dict(items)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"kaos-otel: {name} must be a mapping of names to values, not {type(value).__name__}"
+        ) from exc
 
 
 _OTLP_EXPORTER_NAMES: dict[str, OtlpProtocol | None] = {

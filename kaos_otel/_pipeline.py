@@ -329,13 +329,17 @@ class ExportPipeline:
             if not self._built(provider) and _EXPORT_SETTINGS.get(provider) != self._export_settings(signal)
         ]
         if given and adopted:
-            providers = self._providers_by_signal()
+            found = [self._providers_by_signal()[signal] for signal in adopted]
             log_once(
                 "export-not-applied",
                 "kaos-otel: the global providers of %s were set up before this manager (%s) and "
-                "export as they were set up: %s given here not applied to them; set the "
-                "OTEL_EXPORTER_OTLP_* variables instead",
-                ", ".join(adopted), _set_up_by([providers[signal] for signal in adopted]), ", ".join(given),
+                "export as they were set up: %s given here not applied to them; %s",
+                ", ".join(adopted), _set_up_by(found), ", ".join(given),
+                "give them to that manager (or kaos_otel.configure()), or pass global_providers=False "
+                "to export through providers of this manager's own"
+                if any(_sdk_provider(provider) in _BUILT for provider in found)
+                else "set the OTEL_EXPORTER_OTLP_*, OTEL_BSP_* and OTEL_METRIC_EXPORT_INTERVAL variables "
+                "instead",
                 level=logging.WARNING,
             )  # fmt: skip
 

@@ -153,7 +153,7 @@ def test_instrument_app_on_an_app_already_serving_says_it_is_too_late(make_otel:
     app = FastAPI()
     with TestClient(app) as client:
         client.get("/missing")
-        with pytest.raises(RuntimeError, match="before the app starts serving"):
+        with pytest.raises(RuntimeError, match="before the app.s middleware stack is built"):
             instrument_app(app, make_otel())
 
 
@@ -232,12 +232,24 @@ async def _answers_a_client_that_is_gone(scope: Any, receive: Any, send: Any) ->
     await send({"type": "http.response.body", "body": b"ok"})  # raises ClientGone: not caught
 
 
+async def _answers_what_the_server_refuses(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"100")]})
+    await send({"type": "http.response.body", "body": b"short"})  # uvicorn: RuntimeError, not sent
+
+
+SEND_RAISES: dict[object, Exception] = {
+    _answers_a_client_that_is_gone: ClientGone("the client closed the connection"),
+    _answers_what_the_server_refuses: RuntimeError("Response content shorter than Content-Length"),
+}
+
+
 @pytest.mark.parametrize(
     ("app", "raised", "status", "outcome", "error_type"),
     [
         (_raises_before_answering, LookupError, None, "error", "LookupError"),
         (_answers_then_runs_failing_background_work, RuntimeError, 200, None, None),
         (_answers_a_client_that_is_gone, ClientGone, 200, "canceled", "client_disconnect"),
+        (_answers_what_the_server_refuses, RuntimeError, 200, "error", "RuntimeError"),
     ],
 )
 async def test_the_server_span_ends_by_how_the_exchange_ended_and_the_apps_exception_passes(
@@ -255,8 +267,8 @@ async def test_the_server_span_ends_by_how_the_exchange_ended_and_the_apps_excep
         return {"type": "http.request", "body": b"", "more_body": False}
 
     async def send(message: MutableMapping[str, Any]) -> None:
-        if app is _answers_a_client_that_is_gone and message["type"] == "http.response.body":
-            raise ClientGone("the client closed the connection")
+        if app in SEND_RAISES and message["type"] == "http.response.body":
+            raise SEND_RAISES[app]
 
     scope = {"type": "http", "method": "POST", "path": "/ask", "headers": [], "root_path": ""}
     with pytest.raises(raised):  # the app's own exception, unchanged

@@ -503,18 +503,25 @@ def test_no_endpoint_notice_names_only_what_the_manager_built(
 
 
 @pytest.mark.parametrize(
-    ("setup", "adopted"),
+    ("setup", "adopted", "advice"),
     [
         (
             "from opentelemetry.sdk.trace import TracerProvider\ntrace.set_tracer_provider(TracerProvider())",
             "traces",
+            "(by opentelemetry-instrument or the application) and export as they were set up: endpoint "
+            "given here not applied to them; set the OTEL_EXPORTER_OTLP_*, OTEL_BSP_* and",
         ),
-        ("import kaos_otel\nkaos_otel.configure()", "traces, metrics, logs"),  # the distro's call
+        (
+            "import kaos_otel\nkaos_otel.configure()",  # the distro's call
+            "traces, metrics, logs",
+            "(by an earlier kaos-otel manager, service.name='unknown_service:python') and export as they "
+            "were set up: endpoint given here not applied to them; give them to that manager",
+        ),
     ],
     ids=["host-tracer-provider", "configured-first"],
 )
 def test_an_endpoint_given_in_code_that_cannot_reach_the_host_providers_is_said(
-    setup: str, adopted: str, otlp_receiver: OtlpReceiver
+    setup: str, adopted: str, advice: str, otlp_receiver: OtlpReceiver
 ) -> None:
     script = [
         "import logging, sys",
@@ -529,7 +536,7 @@ def test_an_endpoint_given_in_code_that_cannot_reach_the_host_providers_is_said(
     assert result.returncode == 0, result.stderr
     notices = [line for line in result.stdout.splitlines() if "export as they were set up" in line]
     assert len(notices) == 1, result.stdout
-    assert f"providers of {adopted} were set up" in notices[0] and ": endpoint given" in notices[0]
+    assert f"providers of {adopted} were set up" in notices[0] and advice in notices[0]
 
 
 def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
@@ -707,6 +714,9 @@ def test_a_protocol_kaos_otel_cannot_build_is_said(
         ({"metric_export_interval_ms": "100"}, TypeError),
         ({"export_timeout_s": 0.0}, ValueError),
         ({"metric_export_interval_ms": float("inf")}, ValueError),
+        ({"span_schedule_delay_ms": 0.4}, ValueError),  # 0 once rounded
+        ({"span_max_queue_size": 10**400}, ValueError),
+        ({"headers": ["ab", "cd"]}, TypeError),  # not pairs, though dict() would take them
         ({"headers": "api-key=abc"}, TypeError),
         ({"resource_attributes": ["team"]}, TypeError),
         ({"redactor": None}, TypeError),

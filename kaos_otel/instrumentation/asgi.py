@@ -5,7 +5,9 @@ its child, and it stays open until the application returns: after the last chunk
 response, and after background tasks run once the response was sent (their exceptions are events
 on the span, which the response's status decides). A response the client cut short ends
 ``canceled``, when the application or the server sees the disconnect (an app that never reads
-its request again, on a server that drops writes to a closed connection, learns nothing of it).
+its request again, on a server that drops writes to a closed connection, learns nothing of it;
+nor does a streaming response whose final send, waiting on a slow client, is cancelled because
+that client left).
 """
 
 from __future__ import annotations
@@ -53,9 +55,9 @@ _NATIVE_TELEMETRY_FIX = (
 )
 _OUTER_SERVER_SPAN_FIX = (
     "kaos-otel: another instrumentation already opened a server span (%s) around this app, so every "
-    "request gets two. Fix: remove it (FastAPIInstrumentor.uninstrument_app(app), or "
-    "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi,asgi,starlette under opentelemetry-instrument), "
-    "or do not add kaos-otel's middleware twice"
+    "request gets two. Fix: remove it (OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi,asgi,starlette "
+    "under opentelemetry-instrument, or do not instrument the app with FastAPIInstrumentor too), or "
+    "do not add kaos-otel's middleware twice"
 )
 
 
@@ -125,8 +127,9 @@ class TraceContextMiddleware:
             )
             try:
                 await send(message)
-            except OSError:  # ASGI 2.4: the client has gone
-                completed, disconnected = sent_before, True
+            except Exception as exc:  # not sent (a cancellation may come once it was)
+                completed = sent_before
+                disconnected = disconnected or isinstance(exc, OSError)  # ASGI 2.4: the client has gone
                 raise
 
         async def receive_watching_disconnect() -> Message:

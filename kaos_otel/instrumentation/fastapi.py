@@ -35,6 +35,11 @@ __all__ = ["instrument_app"]
 _log = logging.getLogger("kaos_otel")
 _MARK = "kaos_otel_instrumented"
 DEFAULT_FLUSH_TIMEOUT_S = 5.0
+_OTEL_FASTAPI_INSTRUMENTED = (
+    "kaos-otel: OpenTelemetry's FastAPI instrumentation is on for this app too, so every request "
+    "gets a second server span. Fix: OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi under "
+    "opentelemetry-instrument, or do not call FastAPIInstrumentor.instrument_app on it"
+)
 
 
 def instrument_app(
@@ -57,7 +62,12 @@ def instrument_app(
         _log.warning("kaos-otel: instrument_app was already called on this app; the second call is ignored")
         return
     if app.middleware_stack is not None:
-        raise RuntimeError("kaos-otel: instrument_app must be called before the app starts serving")
+        raise RuntimeError(
+            "kaos-otel: instrument_app must be called before the app's middleware stack is built (by "
+            "its first request or lifespan, or by another instrumentation rebuilding it)"
+        )
+    if getattr(app, "_is_instrumented_by_opentelemetry", False):  # FastAPIInstrumentor's mark
+        _log.warning(_OTEL_FASTAPI_INSTRUMENTED)
     setattr(app.state, _MARK, True)
     _native_telemetry_off(app)
     build_stack = app.build_middleware_stack
