@@ -13,6 +13,7 @@ from opentelemetry._logs import LoggerProvider
 
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy, Redactor, default_redactor
+from kaos_otel._internal_log import log_once
 from kaos_otel._metrics import LabelBounds
 from kaos_otel._pipeline import DEFAULT_SHUTDOWN_TIMEOUT_S, ExportPipeline
 from kaos_otel._telemetry import AgentTelemetry, telemetry_parts
@@ -174,8 +175,11 @@ def configure(**settings: Any) -> KaosOtelManager:
         else:
             ignored = sorted(key for key in settings if _default_settings.get(key, object()) != settings[key])
             if ignored:  # the same arguments, or some of them, are what is already applied
-                _log.warning(
-                    "kaos_otel.configure() was already called; these arguments are not applied: %s",
+                log_once(  # once per set of names: a call per request must not log per request
+                    f"configure-not-applied {ignored}",
+                    "kaos-otel: kaos_otel.configure() was already called; these arguments are not "
+                    "applied: %s",
                     ", ".join(ignored),
+                    level=logging.WARNING,
                 )
         return _default

@@ -212,8 +212,10 @@ class SpanHandle:
         Should that context's span have ended meanwhile (out-of-order ends), the nearest one
         still open is restored instead.
         """
+        mark = self._mark
+        mark.previous = live_context(mark.previous)  # past this ended span in one step from now on
         if otel_context.get_current() is self._context:
-            otel_context.attach(live_context(self._mark.previous))
+            otel_context.attach(mark.previous)
 
     # --- context manager ----------------------------------------------------------------------
     def __enter__(self) -> Self:
@@ -237,11 +239,22 @@ class SpanHandle:
 
 
 def live_context(ctx: Context) -> Context:
-    """``ctx``, or if its span was begun by a handle that has ended, the nearest open ancestor's."""
+    """``ctx``, or if its span was begun by a handle that has ended, the nearest open ancestor's.
+
+    The ended spans walked past are pointed at that ancestor (path compression): a later walk
+    takes one step, and the spans between them are no longer reachable from a context that
+    stays current (a consumer task whose spans other tasks end).
+    """
     mark = ctx.get(_MARK_KEY)
+    if not (isinstance(mark, _SpanMark) and mark.ended):
+        return ctx
+    walked: list[_SpanMark] = []
     while isinstance(mark, _SpanMark) and mark.ended:
+        walked.append(mark)
         ctx = mark.previous
         mark = ctx.get(_MARK_KEY)
+    for ended in walked:
+        ended.previous = ctx
     return ctx
 
 

@@ -153,7 +153,7 @@ def test_instrument_app_on_an_app_already_serving_says_it_is_too_late(make_otel:
     app = FastAPI()
     with TestClient(app) as client:
         client.get("/missing")
-        with pytest.raises(RuntimeError, match="before the app.s middleware stack is built"):
+        with pytest.raises(RuntimeError, match="before the app's middleware stack is built"):
             instrument_app(app, make_otel())
 
 

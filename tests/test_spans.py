@@ -31,6 +31,7 @@ from kaos_otel import (
     submit_in_context,
     wrap_in_context,
 )
+from kaos_otel._spans import _SpanMark
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
 
 PROTOCOLS = ["grpc", "http/protobuf"]
@@ -467,6 +468,33 @@ def test_out_of_order_end_never_corrupts_context(
     assert one(spans, "c").parent_span_id == one(spans, "b").span_id
     assert one(spans, "d").parent_span_id == outer.span_id
     assert_no_detach_errors(caplog)
+
+
+async def test_spans_a_consumer_hands_to_other_tasks_are_freed_once_ended(make_otel: MakeOtel) -> None:
+    """A long-lived task begins each message's span and hands it to a worker task that ends it,
+    with messages in flight: the consumer's context must not keep every ended span reachable."""
+    otel = make_otel()
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def work(span: SpanHandle) -> None:
+        await asyncio.sleep(0.001)
+        otel.span_success(span)
+
+    def marks() -> int:
+        gc.collect()
+        return sum(isinstance(obj, _SpanMark) for obj in gc.get_objects())
+
+    before = marks()
+    for message in range(3000):
+        span = otel.span_begin("process message", SpanKind.CONSUMER, parent=otel_context.Context())
+        task = asyncio.create_task(work(span))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+        if message % 3 == 0:
+            await asyncio.sleep(0)  # the next messages arrive while earlier ones are in flight
+    held = marks() - before - len(in_flight)
+    await asyncio.gather(*in_flight)
+    assert held < 50, f"{held} ended spans still reachable"
 
 
 def test_ending_from_another_thread(
