@@ -440,6 +440,10 @@ class AgentTelemetry:
     ) -> ModelCall:
         """A model call (``chat {model}``, CLIENT); records the GenAI client metrics at the end.
 
+        ``provider`` is ``gen_ai.provider.name`` on the span and the metrics; it defaults to
+        ``openai`` (the OpenAI-compatible API the reference agent speaks): name yours
+        (``anthropic``, ``aws.bedrock``, ``gcp.vertex_ai``...), or it is recorded as OpenAI.
+
         The span name carries the model as metric labels do (bounded: see
         :meth:`register_known_names`); ``gen_ai.request.model`` keeps it as given."""
         if not self._enabled:
