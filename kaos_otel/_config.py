@@ -304,18 +304,28 @@ def _positive(name: str, value: object, *, whole: bool) -> int | float:
 
 
 def _pairs(name: str, value: object) -> dict[object, object]:
-    """``value`` (a mapping, or pairs) as a dict, or an error naming ``name``; text is no pairs."""
+    """``value`` as a dict, read as ``dict()`` reads it (a mapping, an object with ``keys()``, or
+    pairs; text is no pairs), or an error naming ``name``. Header names are lowercased, as the
+    SDK does with the variables (gRPC refuses every export with an uppercase metadata key), and
+    headers are text."""
     try:
         if isinstance(value, str | bytes):
             raise TypeError("text")
-        items = list(value.items() if isinstance(value, Mapping) else value)  # type: ignore[call-overload]
-        if any(isinstance(item, str | bytes) for item in items):
-            raise TypeError("text")
-        return dict(items)
+        if hasattr(value, "keys"):
+            items = [(key, value[key]) for key in value.keys()]  # type: ignore[index]  # noqa: SIM118 (as dict() reads it)
+        else:
+            items = list(value)  # type: ignore[call-overload]
+            if any(isinstance(item, str | bytes) for item in items):
+                raise TypeError("text")
+        pairs = dict(items)
+        if name != "headers":
+            return pairs
+        if not all(isinstance(item, str) for pair in pairs.items() for item in pair):
+            raise TypeError("headers are text")
+        return {str(key).lower(): header for key, header in pairs.items()}
     except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"kaos-otel: {name} must be a mapping of names to values, not {type(value).__name__}"
-        ) from exc
+        what = "names to text values" if name == "headers" else "names to values"
+        raise TypeError(f"kaos-otel: {name} must be a mapping of {what}, not {type(value).__name__}") from exc
 
 
 _OTLP_EXPORTER_NAMES: dict[str, OtlpProtocol | None] = {

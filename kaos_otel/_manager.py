@@ -157,6 +157,7 @@ def _flush_when_the_child_exits(manager: KaosOtelManager) -> None:
 _default_lock = threading.Lock()
 _default: KaosOtelManager | None = None
 _default_settings: dict[str, Any] = {}
+_defaults_made = 0
 
 
 def configure(**settings: Any) -> KaosOtelManager:
@@ -167,16 +168,17 @@ def configure(**settings: Any) -> KaosOtelManager:
     warning naming them and returns the existing manager. Once that manager was shut down, a
     call creates a new one (which says that the shut-down global providers cannot be replaced).
     """
-    global _default, _default_settings
+    global _default, _default_settings, _defaults_made
     with _default_lock:
         if _default is None or _default.pipeline.shut_down:
             _default = KaosOtelManager(**settings)
             _default_settings = dict(settings)
+            _defaults_made += 1
         else:
             ignored = sorted(key for key in settings if _default_settings.get(key, object()) != settings[key])
             if ignored:  # the same arguments, or some of them, are what is already applied
                 log_once(  # once per set of names: a call per request must not log per request
-                    f"configure-not-applied {ignored}",
+                    f"configure-not-applied {_defaults_made} {ignored}",  # per default manager
                     "kaos-otel: kaos_otel.configure() was already called; these arguments are not "
                     "applied: %s",
                     ", ".join(ignored),

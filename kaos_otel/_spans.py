@@ -213,9 +213,10 @@ class SpanHandle:
         still open is restored instead.
         """
         mark = self._mark
-        mark.previous = live_context(mark.previous)  # past this ended span in one step from now on
+        # past this ended span in one step from now on; read once (another walk may write it too)
+        previous = mark.previous = live_context(mark.previous)
         if otel_context.get_current() is self._context:
-            otel_context.attach(mark.previous)
+            otel_context.attach(previous)
 
     # --- context manager ----------------------------------------------------------------------
     def __enter__(self) -> Self:

@@ -39,14 +39,18 @@ def test_configure_twice_returns_the_default_and_says_which_arguments_it_cannot_
         assert kaos_otel.configure(service_name="svc-a") is first  # some of the same: nothing to say
         for _ in range(3):  # said once, however often it is called
             assert kaos_otel.configure(service_name="svc-b", bridge_logging=False) is first
+        first.shutdown(1)
+        second = kaos_otel.configure(service_name="svc-c", bridge_logging=False)
+        assert second is not first
+        assert kaos_otel.configure(service_name="svc-d", bridge_logging=False) is second  # said again
         print("ok")
         """
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
     warnings = [line for line in result.stderr.splitlines() if "configure() was already called" in line]
-    assert len(warnings) == 1, result.stderr
-    assert "service_name" in warnings[0] and "bridge_logging" not in warnings[0]
+    assert len(warnings) == 2, result.stderr  # once per default manager
+    assert all("service_name" in line and "bridge_logging" not in line for line in warnings)
 
 
 SHARED = """

@@ -319,6 +319,47 @@ async def test_a_disconnect_a_server_reports_during_the_final_send_leaves_the_re
     assert catalog.KAOS_OUTCOME not in span.attributes and span.status_code == "UNSET"
 
 
+async def test_a_final_send_that_fails_after_the_client_left_meanwhile_is_canceled(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    final_send, disconnect_seen = asyncio.Event(), asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        async def listen() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnect_seen.set()
+
+        listener = asyncio.create_task(listen())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        try:
+            await send({"type": "http.response.body", "body": b"done"})
+        finally:
+            await listener
+
+    async def receive() -> MutableMapping[str, Any]:
+        await final_send.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            final_send.set()
+            await disconnect_seen.wait()  # the client left while this send waited on it
+            raise RuntimeError("connection lost")
+
+    scope = {"type": "http", "method": "GET", "path": "/stream", "headers": [], "root_path": ""}
+    with pytest.raises(RuntimeError):
+        await TraceContextMiddleware(app, otel=otel)(scope, receive, send)
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 1, 10)
+    (span,) = _server_spans(otlp_receiver)
+    assert (span.attributes[catalog.KAOS_OUTCOME], span.attributes[catalog.ERROR_TYPE]) == (
+        "canceled",
+        "client_disconnect",
+    )
+
+
 async def test_server_spans_carry_the_full_route_template_however_the_request_ends(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:

@@ -3,6 +3,7 @@ host-installed providers, protocol selection and bounded flush/shutdown."""
 
 from __future__ import annotations
 
+import http.client
 import logging
 import logging.config
 import os
@@ -717,6 +718,7 @@ def test_a_protocol_kaos_otel_cannot_build_is_said(
         ({"span_schedule_delay_ms": 0.4}, ValueError),  # 0 once rounded
         ({"span_max_queue_size": 10**400}, ValueError),
         ({"headers": ["ab", "cd"]}, TypeError),  # not pairs, though dict() would take them
+        ({"headers": {"x-retries": 3}}, TypeError),  # gRPC refuses every export with it
         ({"headers": "api-key=abc"}, TypeError),
         ({"resource_attributes": ["team"]}, TypeError),
         ({"redactor": None}, TypeError),
@@ -731,17 +733,20 @@ def test_an_argument_no_exporter_could_use_is_refused_by_name(
 
 
 def test_numbers_and_pairs_an_exporter_can_use_are_taken_as_before() -> None:
+    message = http.client.HTTPMessage()  # keys() and [] without being a Mapping, as dict() reads it
+    message["X-Tenant"] = "acme"
     settings = TelemetrySettings.from_env(
         metric_export_interval_ms=1500.0,  # interval_s * 1000
         span_max_queue_size=64.0,
         export_timeout_s=2,
-        headers=[("api-key", "abc")],
+        headers=message,
         resource_attributes=[("team", "search")],
     )
     assert (settings.metric_export_interval_ms, settings.span_max_queue_size) == (1500, 64)
     assert settings.export_timeout_s == 2.0
-    assert settings.headers == {"api-key": "abc"}
+    assert settings.headers == {"x-tenant": "acme"}  # lowercased as the SDK reads the variables: gRPC
     assert settings.resource_attributes == {"team": "search"}
+    assert TelemetrySettings.from_env(headers=[("API-Key", "abc")]).headers == {"api-key": "abc"}
 
 
 @pytest.mark.parametrize(

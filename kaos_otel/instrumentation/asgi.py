@@ -109,7 +109,7 @@ class TraceContextMiddleware:
             await self.app(scope, receive, send)
             return
         status_code = 0
-        completed = disconnected = False
+        completed = disconnected = disconnect_after_final_send = False
 
         async def send_with_status(message: Message) -> None:
             nonlocal status_code, completed, disconnected
@@ -129,14 +129,18 @@ class TraceContextMiddleware:
                 await send(message)
             except Exception as exc:  # not sent (a cancellation may come once it was)
                 completed = sent_before
-                disconnected = disconnected or isinstance(exc, OSError)  # ASGI 2.4: the client has gone
+                # ASGI 2.4 raises OSError once the client has gone; or it went while this waited
+                disconnected = disconnected or isinstance(exc, OSError) or disconnect_after_final_send
                 raise
 
         async def receive_watching_disconnect() -> Message:
-            nonlocal disconnected
+            nonlocal disconnected, disconnect_after_final_send
             message = await receive()
-            if message["type"] == "http.disconnect" and not completed:
-                disconnected = True
+            if message["type"] == "http.disconnect":
+                if completed:
+                    disconnect_after_final_send = True
+                else:
+                    disconnected = True
             return message
 
         try:
