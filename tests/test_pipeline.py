@@ -504,25 +504,26 @@ def test_no_endpoint_notice_names_only_what_the_manager_built(
 
 
 @pytest.mark.parametrize(
-    ("setup", "adopted", "advice"),
+    ("setup", "adopted", "advice", "more_advice"),
     [
         (
             "from opentelemetry.sdk.trace import TracerProvider\ntrace.set_tracer_provider(TracerProvider())",
             "traces",
             "(by opentelemetry-instrument or the application) and export as they were set up: endpoint "
             "given here not applied to them; set the OTEL_EXPORTER_OTLP_*, OTEL_BSP_* and",
+            "",
         ),
         (
             "import kaos_otel\nkaos_otel.configure()",  # the distro's call
             "traces, metrics, logs",
-            "(by an earlier kaos-otel manager, service.name='unknown_service:python') and export as they "
+            "(by an earlier kaos-otel manager, service.name='unknown_service",  # :python3 or :python
             "were set up: endpoint given here not applied to them; give them to that manager",
         ),
     ],
     ids=["host-tracer-provider", "configured-first"],
 )
 def test_an_endpoint_given_in_code_that_cannot_reach_the_host_providers_is_said(
-    setup: str, adopted: str, advice: str, otlp_receiver: OtlpReceiver
+    setup: str, adopted: str, advice: str, more_advice: str, otlp_receiver: OtlpReceiver
 ) -> None:
     script = [
         "import logging, sys",
@@ -538,6 +539,7 @@ def test_an_endpoint_given_in_code_that_cannot_reach_the_host_providers_is_said(
     notices = [line for line in result.stdout.splitlines() if "export as they were set up" in line]
     assert len(notices) == 1, result.stdout
     assert f"providers of {adopted} were set up" in notices[0] and advice in notices[0]
+    assert more_advice in notices[0]
 
 
 def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
