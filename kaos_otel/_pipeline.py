@@ -157,20 +157,17 @@ def _install(
     return get_provider() is provider
 
 
-def _set_up_by(providers: Sequence[Any]) -> str:
-    """Who set up global ``providers`` this pipeline found, for a notice."""
-    kaos = [
-        p
-        for p in map(_sdk_provider, providers)
-        if p in _BUILT and isinstance(p, TracerProvider | LoggerProvider)
-    ]
+def _set_up_by(providers: Sequence[Any]) -> tuple[str, bool]:
+    """Who set up the global ``providers`` a pipeline found, for a notice, and whether it was
+    kaos-otel (an earlier manager, or the distro's)."""
+    kaos = [p for p in map(_sdk_provider, providers) if p in _BUILT]
+    named = [p for p in kaos if isinstance(p, TracerProvider | LoggerProvider)]  # they hold a resource
+    if named:
+        service = named[0].resource.attributes.get(SERVICE_NAME)
+        return f"by an earlier kaos-otel manager, service.name={service!r}", True
     if kaos:
-        return (
-            f"by an earlier kaos-otel manager, service.name={kaos[0].resource.attributes.get(SERVICE_NAME)!r}"
-        )
-    if any(_sdk_provider(p) in _BUILT for p in providers):
-        return "by an earlier kaos-otel manager"
-    return "by opentelemetry-instrument or the application"
+        return "by an earlier kaos-otel manager", True
+    return "by opentelemetry-instrument or the application", False
 
 
 def _flush(providers: Sequence[Any], timeout: float) -> bool:
@@ -290,12 +287,12 @@ class ExportPipeline:
         )
         if not differing:
             return
-        by_kaos = any(_sdk_provider(provider) in _BUILT for provider in adopted)
+        by, by_kaos = _set_up_by(adopted)
         log_once(
             "resource-not-applied",
             "kaos-otel: the global providers were set up before this manager (%s) and keep their "
             "resource: %s given here not applied; %s",
-            _set_up_by(adopted), ", ".join(differing),
+            by, ", ".join(differing),
             "a process has one service name: set OTEL_SERVICE_NAME, share that manager "
             "(kaos_otel.configure()) and tell agents apart by their invoke_agent() names, or pass "
             "global_providers=False to export as another service"
@@ -323,21 +320,21 @@ class ExportPipeline:
         (``opentelemetry-instrument``'s, the app's, another manager's with other settings), which
         export as they were set up: an endpoint given here would otherwise go unused in silence."""
         given = [name for name in _EXPORT_OVERRIDES if getattr(self.settings, name) is not None]
-        adopted = [
-            signal
+        adopted = {
+            signal: provider
             for signal, provider in self._providers_by_signal().items()
             if not self._built(provider) and _EXPORT_SETTINGS.get(provider) != self._export_settings(signal)
-        ]
+        }
         if given and adopted:
-            found = [self._providers_by_signal()[signal] for signal in adopted]
+            by, by_kaos = _set_up_by(list(adopted.values()))
             log_once(
                 "export-not-applied",
                 "kaos-otel: the global providers of %s were set up before this manager (%s) and "
                 "export as they were set up: %s given here not applied to them; %s",
-                ", ".join(adopted), _set_up_by(found), ", ".join(given),
+                ", ".join(adopted), by, ", ".join(given),
                 "give them to that manager (or kaos_otel.configure()), or pass global_providers=False "
                 "to export through providers of this manager's own"
-                if any(_sdk_provider(provider) in _BUILT for provider in found)
+                if by_kaos
                 else "set the OTEL_EXPORTER_OTLP_*, OTEL_BSP_* and OTEL_METRIC_EXPORT_INTERVAL variables "
                 "instead",
                 level=logging.WARNING,
