@@ -421,9 +421,9 @@ def _bool(raw: str | None) -> bool:
 def _capture(raw: str | None) -> ContentCapture:
     """The content capture a setting names: a convention value in any case, or true/false; a
     value naming neither captures nothing, with a warning (a typo must not capture content)."""
-    value = (raw or "").strip().upper()
-    if value in ("TRUE", "1", "YES", "ON"):
+    if _bool(raw):
         return ContentCapture.SPAN_AND_EVENT
+    value = (raw or "").strip().upper()
     if value in _CAPTURE_OFF:
         return ContentCapture.NO_CONTENT
     if value in ContentCapture.__members__:

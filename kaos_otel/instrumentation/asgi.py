@@ -143,14 +143,15 @@ class TraceContextMiddleware:
                     disconnected = True
             return message
 
+        raised: BaseException | None = None
         try:
             await self.app(scope, receive_watching_disconnect, send_with_status)
         except BaseException as exc:
-            _name_by_route(handle, scope, root_path)
-            _end_server_span(handle, exc, status_code, completed=completed, disconnected=disconnected)
+            raised = exc
             raise
-        _name_by_route(handle, scope, root_path)
-        _end_server_span(handle, None, status_code, completed=completed, disconnected=disconnected)
+        finally:  # neither call raises: the app's exception, if any, passes unchanged
+            _name_by_route(handle, scope, root_path)
+            _end_server_span(handle, raised, status_code, completed=completed, disconnected=disconnected)
 
     def _warn_if_doubled(self, scope: Scope) -> None:
         """Report, once per middleware, a second server span around this one (with the fix)."""
