@@ -409,8 +409,7 @@ ALERTS: tuple[Alert, ...] = (
         threshold=1.0,
         unit="percent",
         promql=zero_filled_ratio(
-            f"sum by (job, {_p(A)}, {_p(MODEL)}) "
-            f'(rate({_prom(c.KAOS_MODEL_CALLS)}{{{_p(O)}="error"}}[5m]))',
+            f'sum by (job, {_p(A)}, {_p(MODEL)}) (rate({_prom(c.KAOS_MODEL_CALLS)}{{{_p(O)}="error"}}[5m]))',
             f"sum by (job, {_p(A)}, {_p(MODEL)}) (rate({_prom(c.KAOS_MODEL_CALLS)}[5m]))",
         ),
         for_="10m",
@@ -667,20 +666,52 @@ def signoz_queries(
             },
             {"type": "builder_formula", "spec": _formula("F1", "A / B * 100", _legend(by) or "%")},
         ]
+    counted: dict[str, Any] = {
+        "time_aggregation": "rate" if isinstance(query, Rate) else "increase",
+        "space_aggregation": "sum",
+        "reduce_to": reduce_to,
+        "by": by,
+    }
+    if not query.where:
+        return [
+            {
+                "type": "builder_query",
+                "spec": _builder(
+                    "A",
+                    metric,
+                    filter_expression=_signoz_filter(query.metric, (), variables),
+                    legend=_legend(by),
+                    **counted,
+                ),
+            }
+        ]
+    # e.g. outcome="degraded": 0 for the groups with traffic, not "No data". SigNoz's formula
+    # evaluator takes a rate or increase operand that has no value as 0, so A + 0 * B is A where
+    # it matched and 0 for the other groups B (the same metric, unfiltered) has.
     return [
         {
             "type": "builder_query",
             "spec": _builder(
                 "A",
                 metric,
-                time_aggregation="rate" if isinstance(query, Rate) else "increase",
-                space_aggregation="sum",
-                reduce_to=reduce_to,
-                by=by,
                 filter_expression=_signoz_filter(query.metric, query.where, variables),
-                legend=_legend(by),
+                legend="",
+                disabled=True,
+                **counted,
             ),
-        }
+        },
+        {
+            "type": "builder_query",
+            "spec": _builder(
+                "B",
+                metric,
+                filter_expression=_signoz_filter(query.metric, (), variables),
+                legend="",
+                disabled=True,
+                **counted,
+            ),
+        },
+        {"type": "builder_formula", "spec": _formula("F1", "A + 0 * B", _legend(by))},
     ]
 
 

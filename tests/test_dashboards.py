@@ -480,6 +480,45 @@ def _is_percent(envelopes: list[Json]) -> bool:
     return any(e["type"] == "builder_formula" and "* 100" in e["spec"]["expression"] for e in envelopes)
 
 
+_FIXED_VALUE_TERM = re.compile(r"[\w.]+ (?:= '[^']*'|IN \((?!\$)[^)]*\))")
+
+
+def _filter_terms(builder: Json) -> set[str]:
+    expression: str = builder["filter"]["expression"]
+    return set(expression.split(" AND ")) if expression else set()
+
+
+def test_signoz_panels_filtered_to_a_value_show_zero_for_groups_with_traffic() -> None:
+    """A query filtered to one value (outcome, origin) is paired in a formula with the same query
+    without that filter, so a group with traffic but no match shows 0, not "No data": SigNoz's
+    formula evaluator takes a missing ``rate`` / ``increase`` operand as 0 (``canDefaultZero`` in
+    its ``querybuildertypesv5``), which a lone filtered query never reaches. A query that is
+    itself the whole of another (a percentage's denominator) has nothing to be 0 against, and a
+    quantile of nothing is no number."""
+    for panel in signoz_dashboard()["spec"]["panels"].values():
+        title = panel["spec"]["display"]["name"]
+        envelopes = _queries(panel)
+        builders = [e["spec"] for e in envelopes if e["type"] == "builder_query"]
+        formulas = " ".join(e["spec"]["expression"] for e in envelopes if e["type"] == "builder_formula")
+        for builder in builders:
+            terms = _filter_terms(builder)
+            fixed = {t for t in terms if _FIXED_VALUE_TERM.fullmatch(t)}
+            aggregation = builder["aggregations"][0]
+            counted = aggregation["timeAggregation"] in ("rate", "increase")
+            if not (fixed and counted) or any(_filter_terms(other) > terms for other in builders):
+                continue
+            assert builder["disabled"] and builder["name"] in formulas, f"{title}: {fixed} shown alone"
+            wholes = [
+                other["name"]
+                for other in builders
+                if other["aggregations"][0] == aggregation
+                and other["groupBy"] == builder["groupBy"]
+                and _filter_terms(other) < terms
+                and other["name"] in formulas
+            ]
+            assert wholes, f"{title}: no {aggregation['metricName']} without {fixed} beside it"
+
+
 def test_signoz_dashboard_uses_catalog_names_labels_and_units() -> None:
     dashboard = signoz_dashboard()
     variables = _signoz_variables(dashboard)
