@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -259,6 +260,44 @@ async def test_compaction_writes_summary_versions_and_records_metrics(
     assert {("short_term", "create_memory"), ("medium_term", "create_memory")} <= tiers
     assert {("short_term", "search_memory"), ("medium_term", "search_memory")} <= tiers
     _assert_no_ids_on_metrics(otlp_receiver)
+
+
+async def test_concurrent_turns_of_one_session_count_the_compactions_written(
+    backend_url: str, make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
+) -> None:
+    """Requests of one session remembered at once: a compaction that finds its turns folded by
+    another writes nothing and is not counted; every turn is folded into one version only."""
+    otel = _otel(make_otel)
+    memory = MemoryService("summariser", otel, RelationalStore(backend_url), window_tokens=40)
+    await memory.start()
+    owner = memory.owner("carol", "s1")
+    await asyncio.gather(
+        *(
+            memory.remember(
+                owner, [Turn("user", f"question-{i} " + "word " * 8), Turn("assistant", "ok " * 8)]
+            )
+            for i in range(24)
+        )
+    )
+    await memory.aclose()
+    versions = memory.relational.summary_versions(owner)
+    folded = re.findall(r"question-\d+", versions[-1].content)
+    assert len(folded) == len(set(folded)), f"a turn folded twice: {sorted(folded)}"
+    otel.force_flush()
+
+    def counted(r: OtlpReceiver) -> float:
+        return max(
+            (p.value or 0 for p in r.metric_points() if p.name == catalog.KAOS_MEMORY_COMPACTIONS), default=0
+        )
+
+    assert otlp_receiver.wait_for(lambda r: counted(r) >= len(versions), timeout=10)
+    assert counted(otlp_receiver) == len(versions)
+    written = [
+        s.attributes.get(catalog.GEN_AI_MEMORY_RECORD_COUNT)
+        for s in _memory_spans(otlp_receiver)
+        if s.attributes[catalog.KAOS_MEMORY_TIER] == "medium_term" and s.name == "create_memory"
+    ]
+    assert written.count(1) == len(versions) and set(written) <= {0, 1}, written
 
 
 # --- long-term tier (real mem0, offline) ---------------------------------------------------------

@@ -35,11 +35,12 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    inspect,
     select,
     update,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DatabaseError, IntegrityError
 from sqlalchemy.pool import StaticPool
 
 from instrumented_agent.memory.scopes import Owner, scope_clause
@@ -158,9 +159,15 @@ class RelationalStore:
 
     def ensure_schema(self) -> None:
         """Create the tables if they do not exist (once per process, retried after a failure)."""
-        if not self._schema_ready:
-            metadata.create_all(self._engine)
-            self._schema_ready = True
+        if self._schema_ready:
+            return
+        for table in metadata.sorted_tables:
+            try:
+                table.create(self._engine, checkfirst=True)
+            except DatabaseError:  # another process sharing the database may have created it first
+                if not inspect(self._engine).has_table(table.name):
+                    raise
+        self._schema_ready = True
 
     def dispose(self) -> None:
         """Close every pooled connection."""
@@ -255,9 +262,21 @@ class RelationalStore:
     def _compact(self, owner: Owner, budget: int, summarise: Summariser) -> Compaction | None:
         session = scope_clause(turns, MemoryScope.SESSION, owner)
         with self._engine.begin() as conn:
+            # The previous version first, then only the turns after it: a compaction committed
+            # in between is caught by the version's unique key, never folded into this one again.
+            previous = conn.execute(
+                select(summaries.c.version, summaries.c.content, summaries.c.through_turn_id)
+                .where(scope_clause(summaries, MemoryScope.SESSION, owner))
+                .order_by(summaries.c.version.desc())
+                .limit(1)
+            ).first()
             rows = conn.execute(
                 select(turns.c.id, turns.c.role, turns.c.content, turns.c.tokens)
-                .where(session, turns.c.compacted.is_(False))
+                .where(
+                    session,
+                    turns.c.compacted.is_(False),
+                    turns.c.id > (previous.through_turn_id if previous else 0),
+                )
                 .order_by(turns.c.id)
             ).all()
             if len(rows) < 2 or sum(r.tokens for r in rows) <= budget:
@@ -267,12 +286,6 @@ class RelationalStore:
                 keep_from -= 1
                 kept_tokens += rows[keep_from].tokens
             folded = rows[:keep_from]
-            previous = conn.execute(
-                select(summaries.c.version, summaries.c.content)
-                .where(scope_clause(summaries, MemoryScope.SESSION, owner))
-                .order_by(summaries.c.version.desc())
-                .limit(1)
-            ).first()
             folded_turns = tuple(Turn(r.role, r.content) for r in folded)
             version = (previous.version if previous else 0) + 1
             summary_id = conn.execute(

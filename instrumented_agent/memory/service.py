@@ -265,7 +265,11 @@ class MemoryService:
             if compaction is not None:
                 op.set_record_count(1)
                 op.set_attribute(catalog.GEN_AI_MEMORY_RECORD_ID, str(compaction.summary_id))
-        self._otel.record_compaction(self.agent, op.outcome or Outcome.SUCCESS)
+            elif op.outcome is None:  # nothing to fold: a concurrent compaction of the session did
+                op.set_record_count(0)
+        outcome = op.outcome or Outcome.SUCCESS
+        if compaction is not None or outcome is not Outcome.SUCCESS:  # a compaction that failed counts
+            self._otel.record_compaction(self.agent, outcome)
         if compaction is None:
             return window
         _log.info("compacted %d turns into summary version %d", len(compaction.folded), compaction.version)
