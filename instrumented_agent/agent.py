@@ -174,7 +174,7 @@ class Agent:
             try:
                 async with asyncio.timeout(config.max_runtime_s):
                     context = await self._recall(messages, identity, memory_scope)
-                    result = await self._loop(run, [*context, *messages], identity, on_delta)
+                    result = await self._loop(run, [*context, *messages], identity, on_delta, conversation_id)
                     if result.outcome is Outcome.SUCCESS:
                         await self._remember(messages, identity, result.content)
             except TimeoutError as exc:
@@ -209,7 +209,12 @@ class Agent:
         )
 
     async def _loop(
-        self, run: AgentRun, messages: Sequence[ChatMessage], identity: Identity, on_delta: DeltaSink | None
+        self,
+        run: AgentRun,
+        messages: Sequence[ChatMessage],
+        identity: Identity,
+        on_delta: DeltaSink | None,
+        conversation_id: str | None,
     ) -> RunResult:
         config = self.config
         conversation = [ChatMessage(role="system", content=config.instructions), *messages]
@@ -217,7 +222,7 @@ class Agent:
         tool_calls = 0
         for step in range(1, config.max_steps + 1):
             with self._otel.agent_step(run, step):
-                completion = await self._call_model(conversation, on_delta)
+                completion = await self._call_model(conversation, on_delta, conversation_id)
                 usage = _add_usage(usage, completion.usage)
                 conversation.append(completion.message)
                 if not completion.message.tool_calls:
@@ -232,7 +237,9 @@ class Agent:
         text = f"Stopped: step budget of {config.max_steps} used up without a final answer."
         return _budget_result(text, config.max_steps, usage, on_delta)
 
-    async def _call_model(self, conversation: list[ChatMessage], on_delta: DeltaSink | None) -> Completion:
+    async def _call_model(
+        self, conversation: list[ChatMessage], on_delta: DeltaSink | None, conversation_id: str | None
+    ) -> Completion:
         model = self.config.model_name
         with self._otel.model_call(
             self.name,
@@ -240,6 +247,7 @@ class Agent:
             provider=self.config.model_provider,
             server_address=self._model.server_address,
             server_port=self._model.server_port,
+            conversation_id=conversation_id,
         ) as call:
             with _logged("model call"):
                 completion = await self._model.complete(
@@ -251,10 +259,15 @@ class Agent:
                 response_model=completion.model,
                 finish_reasons=[completion.finish_reason],
             )
-            if self._otel.content_policy.capture_on_spans:
+            if self._otel.content_policy.capture.enabled:  # on spans, in events or both
                 call.record_messages(
                     [m.model_dump(exclude_none=True) for m in conversation],
-                    [completion.message.model_dump(exclude_none=True)],
+                    [
+                        {
+                            "message": completion.message.model_dump(exclude_none=True),
+                            "finish_reason": completion.finish_reason,
+                        }
+                    ],
                 )
             return completion
 

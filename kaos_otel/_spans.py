@@ -119,17 +119,21 @@ class SpanHandle:
         return self._error_type
 
     def set_attribute(self, key: str, value: object) -> None:
-        """Set one attribute; any value is accepted (non-primitives are stringified, sizes capped)."""
-        if value is not None:
+        """Set one attribute; any value is accepted (non-primitives are stringified, sizes capped).
+
+        Like the others below, it converts nothing for a span the sampler did not record."""
+        if value is not None and self.span.is_recording():
             self.span.set_attribute(key, to_attribute_value(value, self._policy))
 
     def set_attributes(self, attributes: Mapping[str, object]) -> None:
         """Set several attributes (``None`` values are skipped)."""
-        self.span.set_attributes(to_attributes(attributes, self._policy))
+        if self.span.is_recording():
+            self.span.set_attributes(to_attributes(attributes, self._policy))
 
     def add_event(self, name: str, attributes: Mapping[str, object] | None = None) -> None:
         """Add an event to the span."""
-        self.span.add_event(name, to_attributes(attributes, self._policy))
+        if self.span.is_recording():
+            self.span.add_event(name, to_attributes(attributes, self._policy))
 
     def set_content(self, key: str, value: object) -> None:
         """Set a content attribute (prompt, response, arguments...) only when capture is on."""
@@ -147,7 +151,8 @@ class SpanHandle:
 
     def record_exception(self, exc: BaseException) -> None:
         """Record an ``exception`` event (the message only with content capture on)."""
-        self.span.add_event("exception", self._policy.exception_attributes(exc))
+        if self.span.is_recording():  # the stack trace costs far more than the span
+            self.span.add_event("exception", self._policy.exception_attributes(exc))
 
     # --- ending -----------------------------------------------------------------------------
     def success(self) -> None:

@@ -17,6 +17,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
 
+from kaos_otel import _genai_messages as genai_messages
 from kaos_otel import catalog
 from kaos_otel._config import enum_member, name_set
 from kaos_otel._content import ContentPolicy, to_attributes
@@ -67,12 +68,13 @@ class AgentRun(SpanHandle):
 class ModelCall(SpanHandle):
     """A ``chat`` span; carries token usage to the metrics."""
 
-    __slots__ = ("events", "input_tokens", "model", "output_tokens")
+    __slots__ = ("events", "finish_reasons", "input_tokens", "model", "output_tokens")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        self.finish_reasons: tuple[str, ...] = ()
         self.model = ""
         self.events: Logger | None = None
         """Where the content event goes, when content capture includes events."""
@@ -91,12 +93,14 @@ class ModelCall(SpanHandle):
         self.output_tokens = _token_count(output_tokens)
         if isinstance(finish_reasons, str):  # one reason given as a plain string
             finish_reasons = (finish_reasons,)
+        if finish_reasons:
+            self.finish_reasons = tuple(finish_reasons)
         self.set_attributes(
             {
                 catalog.GEN_AI_USAGE_INPUT_TOKENS: self.input_tokens,
                 catalog.GEN_AI_USAGE_OUTPUT_TOKENS: self.output_tokens,
                 catalog.GEN_AI_RESPONSE_MODEL: response_model,
-                catalog.GEN_AI_RESPONSE_FINISH_REASONS: tuple(finish_reasons) if finish_reasons else None,
+                catalog.GEN_AI_RESPONSE_FINISH_REASONS: self.finish_reasons or None,
             }
         )
 
@@ -106,10 +110,27 @@ class ModelCall(SpanHandle):
         ``SPAN_ONLY`` / ``SPAN_AND_EVENT`` set ``gen_ai.input.messages`` / ``gen_ai.output.messages``
         on the span; ``EVENT_ONLY`` / ``SPAN_AND_EVENT`` emit them in the GenAI conventions'
         ``gen_ai.client.inference.operation.details`` event (a log record in the span's context).
+
+        Messages are recorded in the conventions' shape (``role`` and ``parts``, output messages
+        with a ``finish_reason``). OpenAI Chat Completions messages and choices are converted
+        (text and content parts, tool calls, tool results); messages that have ``parts`` are
+        kept; text is one text part. Call :meth:`record_usage` first to give output messages the
+        finish reasons it records.
         """
+        if not self._policy.capture.enabled or (input_messages is None and output_messages is None):
+            return
+        if self.events is None and not (self._policy.capture_on_spans and self.span.is_recording()):
+            return  # nowhere to record them (the event is emitted whether the span is sampled or not)
+        try:
+            if input_messages is not None:
+                input_messages = genai_messages.input_messages(input_messages)
+            if output_messages is not None:
+                output_messages = genai_messages.output_messages(output_messages, self.finish_reasons)
+        except Exception as exc:  # recorded as given
+            internal_error("converting chat messages", exc)
         self.set_content(catalog.GEN_AI_INPUT_MESSAGES, input_messages)
         self.set_content(catalog.GEN_AI_OUTPUT_MESSAGES, output_messages)
-        if self.events is None or (input_messages is None and output_messages is None):
+        if self.events is None:
             return
         try:
             self.events.emit(
@@ -436,9 +457,13 @@ class AgentTelemetry:
         provider: str = "openai",
         server_address: str | None = None,
         server_port: int | None = None,
+        conversation_id: str | None = None,
         attributes: Mapping[str, object] | None = None,
     ) -> ModelCall:
         """A model call (``chat {model}``, CLIENT); records the GenAI client metrics at the end.
+
+        ``conversation_id`` is ``gen_ai.conversation.id`` on the span (the run's, as given to
+        :meth:`invoke_agent`; never a metric label).
 
         ``provider`` is ``gen_ai.provider.name`` on the span and the metrics; it defaults to
         ``openai`` (the OpenAI-compatible API the reference agent speaks): name yours
@@ -473,6 +498,7 @@ class AgentTelemetry:
                 catalog.GEN_AI_AGENT_NAME: agent_name,
                 catalog.SERVER_ADDRESS: server_address,
                 catalog.SERVER_PORT: server_port,
+                catalog.GEN_AI_CONVERSATION_ID: conversation_id,
                 **_given_attributes("model_call", attributes),
             },
             on_end,
@@ -667,8 +693,22 @@ class _NoopModelCall(NoopSpanHandle, ModelCall):
         NoopSpanHandle.__init__(self)
         self.input_tokens = None
         self.output_tokens = None
+        self.finish_reasons = ()
         self.model = ""
         self.events = None
+
+    def record_usage(
+        self,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        *,
+        response_model: str | None = None,
+        finish_reasons: Sequence[str] | None = None,
+    ) -> None:
+        """Do nothing (this handle is shared: it keeps no state)."""
+
+    def record_messages(self, input_messages: object = None, output_messages: object = None) -> None:
+        """Do nothing."""
 
 
 class _NoopMemoryOperation(NoopSpanHandle, MemoryOperation):

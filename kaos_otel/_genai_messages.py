@@ -1,0 +1,141 @@
+"""Chat messages in the shape the GenAI conventions give ``gen_ai.input.messages`` and
+``gen_ai.output.messages``: ``{"role", "parts": [...]}``, output messages with a ``finish_reason``.
+
+Messages in the OpenAI Chat Completions shape (``content`` as text or content parts,
+``tool_calls``, ``tool_call_id``), the shape most agent code holds, are converted; a message that
+already has ``parts`` is kept as it is, and plain text becomes one text part. Anything else is
+kept as given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_FINISH_REASONS = {"tool_calls": "tool_call", "function_call": "tool_call"}
+"""OpenAI's finish reasons that the conventions spell differently."""
+
+
+def input_messages(value: object) -> object:
+    """``gen_ai.input.messages`` from text, one message or a sequence of messages."""
+    if isinstance(value, str):
+        return [{"role": "user", "parts": [_text(value)]}]
+    messages = _message_list(value)
+    if messages is None:
+        return value
+    return [_message(message) for message in messages]
+
+
+def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object:
+    """``gen_ai.output.messages`` from text, one message or choice, or a sequence of them.
+
+    A message's ``finish_reason`` is its choice's, else the one recorded for its position
+    (``record_usage``), else ``tool_call`` when it calls a tool and ``stop`` when it does not.
+    """
+    if isinstance(value, str):
+        value = [{"role": "assistant", "content": value}]
+    messages = _message_list(value)
+    if messages is None:
+        return value
+    converted = []
+    for index, item in enumerate(messages):
+        reason: object = None
+        if isinstance(item.get("message"), Mapping):  # an OpenAI choice: {"message", "finish_reason"}
+            reason = item.get("finish_reason")
+            item = item["message"]
+        message = dict(_message(item, default_role="assistant"))  # the caller's own is not changed
+        if "finish_reason" not in message:
+            if reason is None:
+                reason = item.get("finish_reason")
+            if reason is None and index < len(finish_reasons):
+                reason = finish_reasons[index]
+            if reason is None:
+                parts = message["parts"] if isinstance(message["parts"], list | tuple) else ()
+                calls = any(isinstance(part, Mapping) and part.get("type") == "tool_call" for part in parts)
+                reason = "tool_call" if calls else "stop"
+            message["finish_reason"] = _FINISH_REASONS.get(str(reason), str(reason))
+        converted.append(message)
+    return converted
+
+
+def _message_list(value: object) -> list[Mapping[str, Any]] | None:
+    """The messages in ``value`` when every one is a mapping, else ``None`` (kept as given)."""
+    if isinstance(value, Mapping):
+        return [value]
+    if isinstance(value, list | tuple) and all(isinstance(item, Mapping) for item in value):
+        return list(value)
+    return None
+
+
+def _message(message: Mapping[str, Any], default_role: str = "user") -> Mapping[str, Any]:
+    """One message with ``parts``; one that has them already is returned as it is."""
+    if "parts" in message:
+        return message
+    role = message.get("role") or default_role
+    parts: list[dict[str, Any]] = []
+    if role == "tool":
+        parts.append(
+            {
+                "type": "tool_call_response",
+                "id": message.get("tool_call_id"),
+                "response": message.get("content"),
+            }
+        )
+    else:
+        parts.extend(_content_parts(message.get("content")))
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, Mapping):
+                parts.append(_tool_call(call))
+    converted: dict[str, Any] = {"role": "system" if role == "developer" else str(role), "parts": parts}
+    if isinstance(message.get("name"), str):
+        converted["name"] = message["name"]
+    return converted
+
+
+def _content_parts(content: object) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if not isinstance(content, list | tuple):
+        return [_text(content if isinstance(content, str) else str(content))]
+    parts = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(_text(part))
+        elif isinstance(part, Mapping):
+            parts.append(_content_part(part))
+    return parts
+
+
+def _content_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI content part (``text``, ``image_url``, ``input_audio``, ``file``...) as a part."""
+    kind = part.get("type")
+    if kind == "text" and "text" in part:
+        return _text(part["text"])
+    if kind == "image_url" and isinstance(part.get("image_url"), Mapping):
+        return {"type": "uri", "modality": "image", "uri": part["image_url"].get("url")}
+    if kind == "input_audio" and isinstance(part.get("input_audio"), Mapping):
+        audio = part["input_audio"]
+        return {
+            "type": "blob",
+            "modality": "audio",
+            "mime_type": f"audio/{audio.get('format', 'wav')}",
+            "content": audio.get("data"),
+        }
+    return {**part, "type": kind if isinstance(kind, str) else "unknown"}  # the conventions' generic part
+
+
+def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        function = call
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):  # text that is not JSON stays as the model wrote it
+            arguments = json.loads(arguments)
+    return {"type": "tool_call", "id": call.get("id"), "name": function.get("name"), "arguments": arguments}
+
+
+def _text(content: object) -> dict[str, Any]:
+    return {"type": "text", "content": content}

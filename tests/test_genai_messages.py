@@ -1,0 +1,191 @@
+"""Captured chat messages follow the GenAI conventions' JSON schemas, on spans and in the event.
+
+The schemas are the semantic conventions' own (``tests/data/genai-messages-schemas.json``,
+v1.41.0); what is checked is what reached a real OTLP receiver.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from kaos_otel import KaosOtelManager, _genai_messages, catalog
+from kaos_otel._content import ContentPolicy
+from kaos_otel.receiver import OtlpReceiver
+
+MakeOtel = Callable[..., KaosOtelManager]
+SCHEMAS: dict[str, Any] = json.loads(
+    (Path(__file__).resolve().parent / "data" / "genai-messages-schemas.json").read_text()
+)["schemas"]
+CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+OPENAI_CONVERSATION: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are terse."},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is in this picture, and what is 2 + 3?"},
+            {"type": "image_url", "image_url": {"url": "https://example.test/cat.png"}},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+]
+OPENAI_CHOICE = {
+    "index": 0,
+    "message": {"role": "assistant", "content": "A cat; 5."},
+    "finish_reason": "stop",
+}
+
+
+def _valid(key: str, value: object) -> list[Any]:
+    """``value`` (JSON text on a span or in the event) checked against the schema of ``key``."""
+    assert isinstance(value, str), value
+    messages: list[Any] = json.loads(value)
+    errors = [e.message for e in jsonschema.Draft202012Validator(SCHEMAS[key]).iter_errors(messages)]
+    assert not errors, (key, errors, messages)
+    return messages
+
+
+def _flushed(otel: KaosOtelManager, receiver: OtlpReceiver, logs: int) -> None:
+    assert otel.force_flush(5)
+    assert receiver.wait_for(lambda r: len(r.spans()) >= 1 and len(r.logs()) >= logs, 10)
+
+
+def test_openai_chat_messages_are_recorded_in_the_conventions_shape(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel(environ={CAPTURE: "SPAN_AND_EVENT"})
+    given = json.dumps(OPENAI_CONVERSATION)
+    with otel.model_call("assistant", "gpt-4o-mini", conversation_id="conv-7") as call:
+        call.record_usage(12, 4, finish_reasons=["stop"])
+        call.record_messages(OPENAI_CONVERSATION, [OPENAI_CHOICE])
+    _flushed(otel, otlp_receiver, logs=1)
+    assert json.dumps(OPENAI_CONVERSATION) == given, "the caller's messages were changed"
+
+    (span,) = otlp_receiver.spans()
+    assert span.attributes[catalog.GEN_AI_CONVERSATION_ID] == "conv-7"
+    (event,) = [
+        log for log in otlp_receiver.logs() if log.event_name == catalog.GEN_AI_INFERENCE_DETAILS_EVENT
+    ]
+    for where in (span.attributes, event.attributes):
+        system, user, assistant, tool = _valid(
+            catalog.GEN_AI_INPUT_MESSAGES, where[catalog.GEN_AI_INPUT_MESSAGES]
+        )
+        assert system == {"role": "system", "parts": [{"type": "text", "content": "You are terse."}]}
+        assert user["parts"] == [
+            {"type": "text", "content": "What is in this picture, and what is 2 + 3?"},
+            {"type": "uri", "modality": "image", "uri": "https://example.test/cat.png"},
+        ]
+        assert assistant["parts"] == [
+            {"type": "tool_call", "id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}}
+        ]
+        assert tool == {
+            "role": "tool",
+            "parts": [{"type": "tool_call_response", "id": "call_1", "response": "5"}],
+        }
+        (answer,) = _valid(catalog.GEN_AI_OUTPUT_MESSAGES, where[catalog.GEN_AI_OUTPUT_MESSAGES])
+        assert answer == {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "A cat; 5."}],
+            "finish_reason": "stop",
+        }
+
+
+@pytest.mark.parametrize(
+    ("output", "usage_reasons", "expected_reason"),
+    [
+        ("5", ["length"], "length"),  # text, and the reason record_usage recorded
+        ({"role": "assistant", "content": "5"}, (), "stop"),
+        (
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "function": {"name": "add", "arguments": "2,3"}}],
+            },
+            (),
+            "tool_call",
+        ),
+        (
+            {"message": {"role": "assistant", "content": None}, "finish_reason": "tool_calls"},
+            ["stop"],
+            "tool_call",
+        ),
+        (
+            {"role": "assistant", "parts": [{"type": "text", "content": "5"}], "finish_reason": "length"},
+            ["stop"],
+            "length",
+        ),
+    ],
+    ids=["text", "message", "tool-call-message", "openai-choice", "conventions-shape"],
+)
+def test_each_output_message_gets_a_finish_reason(
+    output: object, usage_reasons: list[str], expected_reason: str
+) -> None:
+    messages = _genai_messages.output_messages(output if isinstance(output, str) else [output], usage_reasons)
+    assert isinstance(messages, list)
+    (message,) = messages
+    assert message["finish_reason"] == expected_reason
+    errors = list(
+        jsonschema.Draft202012Validator(SCHEMAS[catalog.GEN_AI_OUTPUT_MESSAGES]).iter_errors([message])
+    )
+    assert not errors, errors
+
+
+def test_messages_in_the_conventions_shape_are_kept_and_text_becomes_a_text_part() -> None:
+    given = [{"role": "user", "parts": [{"type": "text", "content": "hi"}], "name": "ana"}]
+    assert _genai_messages.input_messages(given) == given
+    assert _genai_messages.input_messages("hi") == [
+        {"role": "user", "parts": [{"type": "text", "content": "hi"}]}
+    ]
+    assert _genai_messages.input_messages(42) == 42  # nothing message-like: recorded as given
+    kept = _genai_messages.output_messages([{"role": "assistant", "parts": []}])
+    assert kept == [{"role": "assistant", "parts": [], "finish_reason": "stop"}]
+
+
+def test_the_event_carries_the_messages_when_only_events_may(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel(environ={CAPTURE: "EVENT_ONLY"})
+    with otel.model_call("assistant", "gpt-4o-mini") as call:
+        call.record_messages("what is 2 + 3?", "5")
+    _flushed(otel, otlp_receiver, logs=1)
+    (span,) = otlp_receiver.spans()
+    assert catalog.GEN_AI_INPUT_MESSAGES not in span.attributes
+    (event,) = otlp_receiver.logs()
+    _valid(catalog.GEN_AI_INPUT_MESSAGES, event.attributes[catalog.GEN_AI_INPUT_MESSAGES])
+    _valid(catalog.GEN_AI_OUTPUT_MESSAGES, event.attributes[catalog.GEN_AI_OUTPUT_MESSAGES])
+
+
+def test_a_span_the_sampler_dropped_gets_no_content_work(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No messages are converted or serialised and no stack trace is formatted for a span that is
+    not recorded; the metrics still count the call."""
+    converted: list[object] = []
+    monkeypatch.setattr(_genai_messages, "_message_list", lambda value: converted.append(value))
+    otel = make_otel(environ={CAPTURE: "SPAN_ONLY", "OTEL_TRACES_SAMPLER": "always_off"})
+    stacks: list[BaseException] = []
+
+    def exception_attributes(policy: ContentPolicy, exc: BaseException) -> dict[str, str]:
+        stacks.append(exc)
+        return {}
+
+    monkeypatch.setattr(ContentPolicy, "exception_attributes", exception_attributes)
+    with pytest.raises(ValueError), otel.model_call("assistant", "gpt-4o-mini") as call:
+        call.record_messages([{"role": "user", "content": "hi"}], None)
+        call.set_content(catalog.GEN_AI_OUTPUT_MESSAGES, [{"role": "assistant", "content": "5"}])
+        raise ValueError("boom")
+    assert (converted, stacks) == ([], [])
+    assert otel.force_flush(5)
+    assert otlp_receiver.spans() == []
