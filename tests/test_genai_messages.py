@@ -11,9 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import pytest
 
+from instrumented_agent.supervisor import ServiceSpec, Supervisor
+from instrumented_agent.system import agent_spec, otlp_env
 from kaos_otel import KaosOtelManager, _genai_messages, catalog
 from kaos_otel._content import ContentPolicy
 from kaos_otel.receiver import OtlpReceiver
@@ -189,3 +192,29 @@ def test_a_span_the_sampler_dropped_gets_no_content_work(
     assert (converted, stacks) == ([], [])
     assert otel.force_flush(5)
     assert otlp_receiver.spans() == []
+
+
+@pytest.mark.parametrize("capture", ["EVENT_ONLY", "SPAN_AND_EVENT"])
+def test_the_reference_agent_emits_the_event_in_every_event_mode(
+    otlp_receiver: OtlpReceiver, tmp_path: Path, capture: str
+) -> None:
+    """The researcher (a model call, an MCP tool call, a model call) with content in events."""
+    env = {**otlp_env(otlp_receiver.grpc_endpoint, export_delay_ms=200), CAPTURE: capture}
+    with Supervisor(tmp_path, env=env) as supervisor:
+        model = supervisor.spawn(ServiceSpec("model", ["model"]))
+        echo = supervisor.spawn(ServiceSpec("mcp-echo", ["mcp", "echo"]))
+        researcher = supervisor.spawn(agent_spec("researcher", model, mcp=[echo]))
+        supervisor.wait_ready([model, echo, researcher])
+        body = {"model": "researcher", "messages": [{"role": "user", "content": "Find the opening hours."}]}
+        httpx.post(
+            f"{researcher.url}/v1/chat/completions", json=body, timeout=30, trust_env=False
+        ).raise_for_status()
+
+        def details(r: OtlpReceiver) -> list[Any]:
+            return [log for log in r.logs() if log.event_name == catalog.GEN_AI_INFERENCE_DETAILS_EVENT]
+
+        assert otlp_receiver.wait_for(lambda r: len(details(r)) >= 2, timeout=15)
+    for event in details(otlp_receiver):
+        _valid(catalog.GEN_AI_INPUT_MESSAGES, event.attributes[catalog.GEN_AI_INPUT_MESSAGES])
+        (answer,) = _valid(catalog.GEN_AI_OUTPUT_MESSAGES, event.attributes[catalog.GEN_AI_OUTPUT_MESSAGES])
+        assert answer["finish_reason"] in ("tool_call", "stop")
