@@ -309,6 +309,21 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
     return policy.bound_size(text, policy.max_value_length)
 
 
+def to_log_value(value: object, policy: ContentPolicy, depth: int = 0) -> AnyValue:
+    """A structured value for a log record (OTLP ``AnyValue``): text, numbers, bytes, and mappings
+    and sequences of them kept as structures; anything else its text. Deeper than the cleaning
+    layer walks, the rest is JSON text. Secrets and sizes are cleaned on export, as for any log."""
+    if value is None or isinstance(value, str | bool | int | float | bytes):
+        return value
+    if depth >= _MAX_STRUCTURE_DEPTH:
+        return to_attribute_value(value, policy)
+    if isinstance(value, Mapping):
+        return {safe_str(key): to_log_value(item, policy, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_log_value(item, policy, depth + 1) for item in value]
+    return safe_str(value)
+
+
 def safe_str(value: object) -> str:
     """``str(value)``, or a placeholder naming its type when ``str()`` raises."""
     if type(value) is str:

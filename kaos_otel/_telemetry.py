@@ -8,6 +8,7 @@ global providers.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar, overload
 
@@ -15,12 +16,12 @@ from opentelemetry import metrics, trace
 from opentelemetry._logs import Logger, LoggerProvider, LogRecord, get_logger_provider
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Tracer
-from opentelemetry.util.types import AttributeValue
+from opentelemetry.util.types import AnyValue, AttributeValue
 
 from kaos_otel import _genai_messages as genai_messages
 from kaos_otel import catalog
 from kaos_otel._config import enum_member, name_set
-from kaos_otel._content import ContentPolicy, to_attributes
+from kaos_otel._content import ContentPolicy, to_log_value
 from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
 from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle, SpanScope
@@ -63,6 +64,20 @@ class AgentRun(SpanHandle):
         self.agent_name = ""
         self.origin = RequestOrigin.USER
         self.steps = 0
+
+
+_INFERENCE_EVENT_KEYS = (
+    catalog.GEN_AI_PROVIDER_NAME,
+    catalog.GEN_AI_RESPONSE_MODEL,
+    catalog.GEN_AI_RESPONSE_FINISH_REASONS,
+    catalog.GEN_AI_USAGE_INPUT_TOKENS,
+    catalog.GEN_AI_USAGE_OUTPUT_TOKENS,
+    catalog.GEN_AI_CONVERSATION_ID,
+    catalog.SERVER_ADDRESS,
+    catalog.SERVER_PORT,
+)
+"""The model call's span attributes the inference-details event repeats (its own set in the
+GenAI conventions), when the span holds them."""
 
 
 class ModelCall(SpanHandle):
@@ -133,19 +148,26 @@ class ModelCall(SpanHandle):
         if self.events is None:
             return
         try:
+            on_span = getattr(self.span, "attributes", None)  # an SDK span's, so far (after record_usage)
+            attributes: dict[str, AnyValue] = {}
+            if isinstance(on_span, Mapping):
+                for key in _INFERENCE_EVENT_KEYS:
+                    if (value := on_span.get(key)) is not None:
+                        attributes[key] = value
+            attributes[catalog.GEN_AI_OPERATION_NAME] = "chat"
+            attributes[catalog.GEN_AI_REQUEST_MODEL] = self.model
+            for key, messages in (
+                (catalog.GEN_AI_INPUT_MESSAGES, input_messages),
+                (catalog.GEN_AI_OUTPUT_MESSAGES, output_messages),
+            ):
+                if messages is not None:  # structured, as the conventions ask of events
+                    attributes[key] = to_log_value(messages, self._policy)
             self.events.emit(
                 LogRecord(
+                    timestamp=time.time_ns(),
                     event_name=catalog.GEN_AI_INFERENCE_DETAILS_EVENT,
                     context=self.context,
-                    attributes=to_attributes(
-                        {
-                            catalog.GEN_AI_OPERATION_NAME: "chat",
-                            catalog.GEN_AI_REQUEST_MODEL: self.model,
-                            catalog.GEN_AI_INPUT_MESSAGES: input_messages,
-                            catalog.GEN_AI_OUTPUT_MESSAGES: output_messages,
-                        },
-                        self._policy,
-                    ),
+                    attributes=attributes,
                 )
             )
         except Exception as exc:

@@ -53,9 +53,9 @@ OPENAI_CHOICE = {
 
 
 def _valid(key: str, value: object) -> list[Any]:
-    """``value`` (JSON text on a span or in the event) checked against the schema of ``key``."""
-    assert isinstance(value, str), value
-    messages: list[Any] = json.loads(value)
+    """``value`` checked against the schema of ``key``: JSON text on a span, a structure (OTLP
+    arrays and key-value lists) in the event, as the conventions ask of each."""
+    messages: list[Any] = json.loads(value if isinstance(value, str) else json.dumps(value))
     errors = [e.message for e in jsonschema.Draft202012Validator(SCHEMAS[key]).iter_errors(messages)]
     assert not errors, (key, errors, messages)
     return messages
@@ -82,6 +82,15 @@ def test_openai_chat_messages_are_recorded_in_the_conventions_shape(
     (event,) = [
         log for log in otlp_receiver.logs() if log.event_name == catalog.GEN_AI_INFERENCE_DETAILS_EVENT
     ]
+    assert isinstance(span.attributes[catalog.GEN_AI_INPUT_MESSAGES], str)
+    assert isinstance(event.attributes[catalog.GEN_AI_INPUT_MESSAGES], tuple), "text in the event"
+    assert event.time_unix_nano > 0
+    for key in (
+        catalog.GEN_AI_PROVIDER_NAME,
+        catalog.GEN_AI_CONVERSATION_ID,
+        catalog.GEN_AI_USAGE_INPUT_TOKENS,
+    ):
+        assert event.attributes[key] == span.attributes[key], key
     for where in (span.attributes, event.attributes):
         system, user, assistant, tool = _valid(
             catalog.GEN_AI_INPUT_MESSAGES, where[catalog.GEN_AI_INPUT_MESSAGES]
