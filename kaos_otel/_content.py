@@ -239,8 +239,7 @@ class ContentPolicy:
             "exception.type": _qualified_name(exc_type),
             "exception.message": self.bound_size(message, self.max_value_length),
             "exception.stacktrace": self.bound_size(stack, self.max_value_length),
-            "exception.escaped": True,
-        }
+        }  # no exception.escaped: deprecated by the conventions
 
 
 _DIRECT_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"

@@ -131,9 +131,7 @@ class KaosLoggingHandler(logging.Handler):
             key: value for key, value in vars(record).items() if key not in _STANDARD_RECORD_FIELDS
         }
         if record.exc_info and record.exc_info[1] is not None:
-            exception = self._policy.exception_attributes(record.exc_info[1])
-            exception.pop("exception.escaped", None)
-            attributes.update(exception)
+            attributes.update(self._policy.exception_attributes(record.exc_info[1]))
         return LogRecord(
             timestamp=int(record.created * 1e9),
             observed_timestamp=time.time_ns(),
