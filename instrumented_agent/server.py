@@ -2,7 +2,9 @@
 
 Trace context: :class:`~kaos_otel.instrumentation.asgi.TraceContextMiddleware` makes one SERVER
 span per request (continuing the caller's trace under the configured trust policy) that is the
-parent of the run's ``invoke_agent`` span and stays open until the last streamed chunk. Outgoing
+parent of the run's ``invoke_agent`` span and stays open until the last streamed chunk. A client
+that disconnects before its answer cancels the run, streaming or not (no more model, tool or
+delegation calls for no one; the run and the server span end ``canceled``, status 499). Outgoing
 model and delegation requests carry ``traceparent`` through an httpx request hook, without extra
 HTTP client spans: the ``chat`` and delegation spans are the client spans.
 
@@ -33,6 +35,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive
 
 from instrumented_agent.agent import Agent, Identity, RunResult
 from instrumented_agent.config import (
@@ -111,6 +114,35 @@ async def _autonomous_loop(agent: Agent, goal: str, interval_s: float) -> None:
         await asyncio.sleep(interval_s)
 
 
+CLIENT_CLOSED_REQUEST = 499
+"""The status a request gets when its client disconnected before the answer (as nginx logs it)."""
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    """Return when the client disconnects (the request body is read already); never if the
+    server's ``receive`` fails."""
+    with contextlib.suppress(Exception):
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        return
+    await asyncio.Event().wait()
+
+
+async def _unless_disconnected(run: asyncio.Future[RunResult], receive: Receive) -> RunResult | None:
+    """``run``'s result, or ``None`` once it is cancelled because the client disconnected first."""
+    disconnect = asyncio.ensure_future(_until_disconnect(receive))
+    pending: set[asyncio.Future[Any]] = {run, disconnect}
+    try:
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        disconnect.cancel()
+        if not run.done():  # the client went away, or this request was cancelled
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+    return None if run.cancelled() else run.result()
+
+
 class _AgentService:
     """What the routes need once the app has started."""
 
@@ -125,19 +157,26 @@ class _AgentService:
         conversation_id: str | None,
         scope: MemoryScope,
         delegated: bool,
-    ) -> JSONResponse:
-        try:
-            result = await self.agent.run(
+        receive: Receive,
+    ) -> Response:
+        """The answer; a client that disconnects first cancels the run (it ends ``canceled``)."""
+        run = asyncio.ensure_future(
+            self.agent.run(
                 body.messages,
                 identity,
                 conversation_id=conversation_id,
                 memory_scope=scope,
                 delegated=delegated,
             )
+        )
+        try:
+            result = await _unless_disconnected(run, receive)
         except Exception as exc:
             if not isinstance(exc, AgentError):
                 _log.exception("request failed unexpectedly")
             return _error_response(exc)
+        if result is None:  # no one reads this answer: 499, "client closed request"
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
         completion = Completion(
             id=new_completion_id(),
             model=self.agent.name,
@@ -298,7 +337,8 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
         return {"status": "ready", "agent": config.name}
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(body: ChatRequest, request: Request) -> JSONResponse | StreamingResponse:
+    async def chat_completions(body: ChatRequest, request: Request) -> Response:
+        response: Response
         try:
             identity, scope = _identity(request, issuer)
             check_messages(body.messages)
@@ -313,7 +353,9 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
         if body.stream:
             response = await service.stream(body, identity, conversation_id, scope, delegated)
         else:
-            response = await service.complete(body, identity, conversation_id, scope, delegated)
+            response = await service.complete(
+                body, identity, conversation_id, scope, delegated, request.receive
+            )
         response.headers[SESSION_ID_HEADER] = identity.session_id
         return response
 

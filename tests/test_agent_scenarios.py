@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ import pytest
 from instrumented_agent.config import USER_ID_HEADER
 from instrumented_agent.demo import SCENARIOS, request_counts
 from instrumented_agent.server import TRACE_ID_HEADER
-from instrumented_agent.supervisor import Supervisor
+from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import System, agent_spec, otlp_env, start_system
 from kaos_otel import catalog
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
@@ -266,3 +267,32 @@ def test_autonomous_runs_use_the_agent_identity_in_their_own_traces(
     assert {s.attributes.get(catalog.USER_ID) for s in runs} == {"agent:sentinel"}
     assert {s.attributes.get(catalog.KAOS_OUTCOME) for s in runs} == {"success"}
     assert len({s.trace_id for s in runs}) == len(runs)
+
+
+def test_a_client_gone_before_the_answer_cancels_the_run(otlp_receiver: OtlpReceiver, tmp_path: Path) -> None:
+    """A non-streaming request whose client gives up during the first model call: the run stops
+    there (no second model call, no tool call) and ends ``canceled``, as does the server span."""
+    env = otlp_env(otlp_receiver.grpc_endpoint, export_delay_ms=200)
+    with Supervisor(tmp_path, env=env) as supervisor:
+        model = supervisor.spawn(ServiceSpec("model", ["model", "--latency-ms", "1500"]))
+        echo = supervisor.spawn(ServiceSpec("mcp-echo", ["mcp", "echo"]))
+        researcher = supervisor.spawn(agent_spec("researcher", model, mcp=[echo]))
+        supervisor.wait_ready([model, echo, researcher])
+        body = {"model": "researcher", "messages": [{"role": "user", "content": "Find the opening hours."}]}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{researcher.url}/v1/chat/completions", json=body, timeout=0.5, trust_env=False)
+
+        def run_ended(r: OtlpReceiver) -> bool:
+            return any(s.name == "invoke_agent researcher" for s in r.spans())
+
+        assert otlp_receiver.wait_for(run_ended, timeout=15)
+        time.sleep(2)  # anything the run would still do (a second model call) is exported by now
+    spans = {s.name: s for s in otlp_receiver.spans()}
+    server, run = spans["POST /v1/chat/completions"], spans["invoke_agent researcher"]
+    assert server.attributes[catalog.KAOS_OUTCOME] == "canceled", server.attributes
+    assert server.attributes[catalog.HTTP_RESPONSE_STATUS_CODE] == 499
+    assert run.attributes[catalog.KAOS_OUTCOME] == "canceled", run.attributes
+    calls = [s for s in otlp_receiver.spans() if s.name.startswith(("chat ", "execute_tool "))]
+    assert [(s.name, s.attributes[catalog.KAOS_OUTCOME]) for s in calls] == [
+        ("chat scripted-model", "canceled")
+    ]
