@@ -168,6 +168,7 @@ class Agent:
             user_id=identity.user_id,
             max_steps=config.max_steps,
             origin=_origin(identity, delegated),
+            provider=config.model_provider,
         )
         with run:
             _log.info("run started (%d messages, self-initiated=%s)", len(messages), identity.self_initiated)

@@ -418,9 +418,13 @@ class AgentTelemetry:
         user_id: str | None = None,
         max_steps: int | None = None,
         origin: RequestOrigin | str = RequestOrigin.USER,
+        provider: str | None = None,
         attributes: Mapping[str, object] | None = None,
     ) -> AgentRun:
         """An agent run (``invoke_agent {agent}``); records requests, duration and steps at the end.
+
+        ``provider`` is ``gen_ai.provider.name`` on the span, which the conventions require: the
+        provider of the model the agent runs on, as best known (``openai``...); not a metric label.
 
         The span name carries the agent's name as metric labels do (bounded: see
         :meth:`register_known_names`); ``gen_ai.agent.name`` keeps it as given. ``origin`` says who
@@ -443,6 +447,7 @@ class AgentTelemetry:
                 catalog.USER_ID: user_id,
                 catalog.KAOS_AGENT_MAX_STEPS: max_steps,
                 catalog.KAOS_REQUEST_ORIGIN: origin.value,
+                catalog.GEN_AI_PROVIDER_NAME: provider,
                 **_given_attributes("invoke_agent", attributes),
             },
             self._end_agent_run,
