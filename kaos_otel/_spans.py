@@ -4,10 +4,12 @@ A begun span is current until it ends. Ending never uses a context token created
 handle remembers the context that was current when it began and, if its own context is still
 current, puts back the nearest ancestor context whose span is still open. Ending out of order,
 or from another task or thread, therefore never corrupts the current context. A span begun in one
-task and ended in another stays current in the task that began it (another task cannot change
-that one's context): kaos-otel's own spans there skip it as ended, but another library's spans
-and log records take it as parent until that task begins its next span or leaves the context.
-Begin the span with ``with`` or the decorator in such code, or end it in the task that began it.
+task or thread and ended in another stays current where it began (another task or thread cannot
+change that one's context): kaos-otel's own spans there skip it as ended, but another library's
+spans and log records take it as parent until that task or thread begins its next span or leaves
+the context. On a pool thread that is the next job the thread runs, unless the job runs in its
+own context (:func:`kaos_otel.context.submit_in_context`, ``run_in_executor_in_context``). Begin
+the span with ``with`` or the decorator in such code, or end it where it began.
 """
 
 from __future__ import annotations

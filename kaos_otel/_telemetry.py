@@ -301,7 +301,11 @@ class AgentTelemetry:
         links: Sequence[Link] | None = None,
         parent: Context | None = None,
     ) -> SpanHandle:
-        """Begin a span that is current until :meth:`span_success` or :meth:`span_failure`."""
+        """Begin a span that is current until :meth:`span_success` or :meth:`span_failure`.
+
+        End it in the task or thread that began it, or that one keeps it current for other
+        libraries' spans and logs (on a pool thread: the next job's, unless submitted with
+        :func:`kaos_otel.context.submit_in_context`)."""
         if not self._enabled:
             return NOOP_HANDLE
         return self._spans.begin(name, kind=kind, attributes=attributes, links=links, parent=parent)
