@@ -38,6 +38,7 @@ from instrumented_agent.memory import (
     RelationalStore,
     Turn,
 )
+from instrumented_agent.memory.service import summarise
 from instrumented_agent.server import TRACE_ID_HEADER
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import agent_spec, otlp_env
@@ -298,6 +299,33 @@ async def test_concurrent_turns_of_one_session_count_the_compactions_written(
         if s.attributes[catalog.KAOS_MEMORY_TIER] == "medium_term" and s.name == "create_memory"
     ]
     assert written.count(1) == len(versions) and set(written) <= {0, 1}, written
+
+
+def test_a_turn_appended_during_a_compaction_is_folded_later(postgres: PostgresCluster) -> None:
+    """PostgreSQL hands out ids before commit: a turn another request appends while a compaction
+    runs can hold a lower id than the turns folded, and commit after them. It stays in the window
+    and a later compaction folds it."""
+    name = f"kaos_{uuid.uuid4().hex[:12]}"
+    with postgres.connect() as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    store = RelationalStore(postgres.url(name))
+    owner = Owner("summariser", "carol", "s1")
+    words = " word" * 20
+    store.append(owner, [Turn("user", f"early-{i}{words}") for i in range(2)])
+    with psycopg.connect(postgres.url(name).replace("postgresql+psycopg", "postgresql")) as late:
+        late.execute(  # another request's append: its id taken now, committed after the compaction
+            "INSERT INTO kaos_memory_turns (agent, user_id, session_id, role, content, tokens, compacted,"
+            " created_at) VALUES (%s, %s, %s, 'user', %s, 30, false, now())",
+            (owner.agent, owner.user_key, owner.session_id, "late-turn" + words),
+        )
+        store.append(owner, [Turn("user", f"mid-{i}{words}") for i in range(4)])
+        assert store.compact(owner, 40, summarise) is not None
+        late.commit()
+    for round_ in range(3):
+        store.append(owner, [Turn("user", f"later-{round_}-{i}{words}") for i in range(4)])
+        store.compact(owner, 40, summarise)
+    assert "late-turn" in store.summary_versions(owner)[-1].content
+    store.dispose()
 
 
 # --- long-term tier (real mem0, offline) ---------------------------------------------------------

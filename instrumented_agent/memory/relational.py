@@ -262,21 +262,17 @@ class RelationalStore:
     def _compact(self, owner: Owner, budget: int, summarise: Summariser) -> Compaction | None:
         session = scope_clause(turns, MemoryScope.SESSION, owner)
         with self._engine.begin() as conn:
-            # The previous version first, then only the turns after it: a compaction committed
+            # The previous version first, then the turns not folded yet: a compaction committed
             # in between is caught by the version's unique key, never folded into this one again.
             previous = conn.execute(
-                select(summaries.c.version, summaries.c.content, summaries.c.through_turn_id)
+                select(summaries.c.version, summaries.c.content)
                 .where(scope_clause(summaries, MemoryScope.SESSION, owner))
                 .order_by(summaries.c.version.desc())
                 .limit(1)
             ).first()
             rows = conn.execute(
                 select(turns.c.id, turns.c.role, turns.c.content, turns.c.tokens)
-                .where(
-                    session,
-                    turns.c.compacted.is_(False),
-                    turns.c.id > (previous.through_turn_id if previous else 0),
-                )
+                .where(session, turns.c.compacted.is_(False))
                 .order_by(turns.c.id)
             ).all()
             if len(rows) < 2 or sum(r.tokens for r in rows) <= budget:
@@ -300,7 +296,8 @@ class RelationalStore:
                     "created_at": _now(),
                 },
             ).scalar_one()
-            conn.execute(update(turns).where(session, turns.c.id <= folded[-1].id).values(compacted=True))
+            # these turns only: one another request appended meanwhile may hold a lower id
+            conn.execute(update(turns).where(turns.c.id.in_([r.id for r in folded])).values(compacted=True))
             return Compaction(summary_id, version, folded_turns, self._window_tokens(conn, owner))
 
     def delete_turns(self, owner: Owner, scope: MemoryScope) -> int:
