@@ -308,19 +308,34 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
     return policy.bound_size(text, policy.max_value_length)
 
 
-def to_log_value(value: object, policy: ContentPolicy, depth: int = 0) -> AnyValue:
-    """A structured value for a log record (OTLP ``AnyValue``): text, numbers, bytes, and mappings
-    and sequences of them kept as structures; anything else its text. Deeper than the cleaning
-    layer walks, the rest is JSON text. Secrets and sizes are cleaned on export, as for any log."""
-    if value is None or isinstance(value, str | bool | int | float | bytes):
-        return value
-    if depth >= _MAX_STRUCTURE_DEPTH:
-        return to_attribute_value(value, policy)
-    if isinstance(value, Mapping):
-        return {safe_str(key): to_log_value(item, policy, depth + 1) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_log_value(item, policy, depth + 1) for item in value]
-    return safe_str(value)
+def to_log_value(value: object, policy: ContentPolicy) -> AnyValue:
+    """A structured value for a log record (OTLP ``AnyValue``): mappings and sequences stay
+    structures, strings are capped as attribute values are, integers beyond 64 bits and other
+    objects become text. Past the depth and size the cleaning layer walks, and for a structure
+    that contains itself, the rest is capped JSON text. Secrets are masked on export, as in any log.
+    """
+    on_path: set[int] = set()
+
+    def convert(item: object, depth: int) -> AnyValue:
+        if item is None or isinstance(item, bool | float | bytes):
+            return item
+        if isinstance(item, int):
+            return item if -(2**63) <= item < 2**63 else str(item)
+        if isinstance(item, str):
+            return policy.bound_size(item, policy.max_value_length)
+        if not isinstance(item, Mapping | list | tuple):
+            return policy.bound_size(safe_str(item), policy.max_value_length)
+        if depth >= _MAX_STRUCTURE_DEPTH or len(item) > _MAX_STRUCTURE_ITEMS or id(item) in on_path:
+            return to_attribute_value(item, policy)
+        on_path.add(id(item))
+        try:
+            if isinstance(item, Mapping):
+                return {safe_str(key): convert(member, depth + 1) for key, member in item.items()}
+            return [convert(member, depth + 1) for member in item]
+        finally:
+            on_path.discard(id(item))
+
+    return convert(value, 0)
 
 
 def safe_str(value: object) -> str:

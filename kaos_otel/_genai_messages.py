@@ -2,9 +2,11 @@
 ``gen_ai.output.messages``: ``{"role", "parts": [...]}``, output messages with a ``finish_reason``.
 
 Messages in the OpenAI Chat Completions shape (``content`` as text or content parts,
-``tool_calls``, ``tool_call_id``), the shape most agent code holds, are converted; a message that
-already has ``parts`` is kept as it is, and plain text becomes one text part. Anything else is
-kept as given.
+``tool_calls``, ``tool_call_id``, ``refusal``, the legacy ``function_call``), the shape most agent
+code holds, are converted, as dicts or as the ``openai`` SDK's objects (anything with
+``model_dump()``); for the output, choices and a whole completion (its ``choices``) too. A message
+that already has ``parts`` is kept as it is, and plain text becomes one text part. Anything else
+(a mapping that is no message, a list holding one) is kept as given.
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from typing import Any
 
 _FINISH_REASONS = {"tool_calls": "tool_call", "function_call": "tool_call"}
 """OpenAI's finish reasons that the conventions spell differently."""
+
+
+_MESSAGE_KEYS = frozenset(
+    {"role", "content", "parts", "tool_calls", "tool_call_id", "function_call", "refusal", "message"}
+)
+"""A mapping with none of these keys is no chat message (or choice): it is kept as given."""
 
 
 def input_messages(value: object) -> object:
@@ -36,15 +44,19 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
     """
     if isinstance(value, str):
         value = [{"role": "assistant", "content": value}]
+    value = _dumped(value)
+    if isinstance(value, Mapping) and isinstance(value.get("choices"), list | tuple):
+        value = value["choices"]  # a whole completion
     messages = _message_list(value)
     if messages is None:
         return value
     converted = []
     for index, item in enumerate(messages):
         reason: object = None
-        if isinstance(item.get("message"), Mapping):  # an OpenAI choice: {"message", "finish_reason"}
+        inner = _dumped(item.get("message"))
+        if isinstance(inner, Mapping):  # an OpenAI choice: {"message", "finish_reason"}
             reason = item.get("finish_reason")
-            item = item["message"]
+            item = inner
         message = dict(_message(item, default_role="assistant"))  # the caller's own is not changed
         if "finish_reason" not in message:
             if reason is None:
@@ -61,12 +73,28 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
 
 
 def _message_list(value: object) -> list[Mapping[str, Any]] | None:
-    """The messages in ``value`` when every one is a mapping, else ``None`` (kept as given)."""
-    if isinstance(value, Mapping):
-        return [value]
-    if isinstance(value, list | tuple) and all(isinstance(item, Mapping) for item in value):
-        return list(value)
-    return None
+    """The messages in ``value`` when every one is a chat message, else ``None`` (kept as given)."""
+    items = [value] if isinstance(value, Mapping) else value
+    if not isinstance(items, list | tuple):
+        items = [items] if hasattr(items, "model_dump") else None
+    if items is None:
+        return None
+    messages: list[Mapping[str, Any]] = []
+    for item in items:
+        message = _dumped(item)
+        if not isinstance(message, Mapping) or _MESSAGE_KEYS.isdisjoint(message):
+            return None
+        messages.append(message)
+    return messages
+
+
+def _dumped(value: object) -> object:
+    """A pydantic model (the ``openai`` SDK's messages and choices) as its dict, else ``value``."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, Mapping):
+        dumped = dump(exclude_none=True)
+        return dumped if isinstance(dumped, Mapping) else value
+    return value
 
 
 def _message(message: Mapping[str, Any], default_role: str = "user") -> Mapping[str, Any]:
@@ -85,7 +113,12 @@ def _message(message: Mapping[str, Any], default_role: str = "user") -> Mapping[
         )
     else:
         parts.extend(_content_parts(message.get("content")))
-        for call in message.get("tool_calls") or ():
+        if message.get("refusal") is not None:  # the conventions' generic part: a type of its own
+            parts.append({"type": "refusal", "content": message["refusal"]})
+        calls = message.get("tool_calls") or ()
+        if isinstance(message.get("function_call"), Mapping):  # the legacy single call
+            calls = [*calls, {"function": message["function_call"]}]
+        for call in calls:
             if isinstance(call, Mapping):
                 parts.append(_tool_call(call))
     converted: dict[str, Any] = {"role": "system" if role == "developer" else str(role), "parts": parts}

@@ -21,7 +21,7 @@ from opentelemetry.util.types import AnyValue, AttributeValue
 from kaos_otel import _genai_messages as genai_messages
 from kaos_otel import catalog
 from kaos_otel._config import enum_member, name_set
-from kaos_otel._content import ContentPolicy, to_log_value
+from kaos_otel._content import ContentPolicy, to_attributes, to_log_value
 from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
 from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle, SpanScope
@@ -66,24 +66,10 @@ class AgentRun(SpanHandle):
         self.steps = 0
 
 
-_INFERENCE_EVENT_KEYS = (
-    catalog.GEN_AI_PROVIDER_NAME,
-    catalog.GEN_AI_RESPONSE_MODEL,
-    catalog.GEN_AI_RESPONSE_FINISH_REASONS,
-    catalog.GEN_AI_USAGE_INPUT_TOKENS,
-    catalog.GEN_AI_USAGE_OUTPUT_TOKENS,
-    catalog.GEN_AI_CONVERSATION_ID,
-    catalog.SERVER_ADDRESS,
-    catalog.SERVER_PORT,
-)
-"""The model call's span attributes the inference-details event repeats (its own set in the
-GenAI conventions), when the span holds them."""
-
-
 class ModelCall(SpanHandle):
     """A ``chat`` span; carries token usage to the metrics."""
 
-    __slots__ = ("events", "finish_reasons", "input_tokens", "model", "output_tokens")
+    __slots__ = ("event_attributes", "events", "finish_reasons", "input_tokens", "model", "output_tokens")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -93,6 +79,9 @@ class ModelCall(SpanHandle):
         self.model = ""
         self.events: Logger | None = None
         """Where the content event goes, when content capture includes events."""
+        self.event_attributes: dict[str, AnyValue] = {}
+        """What the content event repeats of the call (provider, server, usage...), kept only
+        when there is an event to emit: the span may not be recorded, or be another SDK's."""
 
     def record_usage(
         self,
@@ -110,14 +99,15 @@ class ModelCall(SpanHandle):
             finish_reasons = (finish_reasons,)
         if finish_reasons:
             self.finish_reasons = tuple(finish_reasons)
-        self.set_attributes(
-            {
-                catalog.GEN_AI_USAGE_INPUT_TOKENS: self.input_tokens,
-                catalog.GEN_AI_USAGE_OUTPUT_TOKENS: self.output_tokens,
-                catalog.GEN_AI_RESPONSE_MODEL: response_model,
-                catalog.GEN_AI_RESPONSE_FINISH_REASONS: self.finish_reasons or None,
-            }
-        )
+        response = {
+            catalog.GEN_AI_USAGE_INPUT_TOKENS: self.input_tokens,
+            catalog.GEN_AI_USAGE_OUTPUT_TOKENS: self.output_tokens,
+            catalog.GEN_AI_RESPONSE_MODEL: response_model,
+            catalog.GEN_AI_RESPONSE_FINISH_REASONS: self.finish_reasons or None,
+        }
+        self.set_attributes(response)
+        if self.events is not None:
+            self.event_attributes.update(to_attributes(response, self._policy))
 
     def record_messages(self, input_messages: object = None, output_messages: object = None) -> None:
         """Record prompt and response messages, only when content capture is on.
@@ -148,14 +138,7 @@ class ModelCall(SpanHandle):
         if self.events is None:
             return
         try:
-            on_span = getattr(self.span, "attributes", None)  # an SDK span's, so far (after record_usage)
-            attributes: dict[str, AnyValue] = {}
-            if isinstance(on_span, Mapping):
-                for key in _INFERENCE_EVENT_KEYS:
-                    if (value := on_span.get(key)) is not None:
-                        attributes[key] = value
-            attributes[catalog.GEN_AI_OPERATION_NAME] = "chat"
-            attributes[catalog.GEN_AI_REQUEST_MODEL] = self.model
+            attributes = dict(self.event_attributes)
             for key, messages in (
                 (catalog.GEN_AI_INPUT_MESSAGES, input_messages),
                 (catalog.GEN_AI_OUTPUT_MESSAGES, output_messages),
@@ -535,7 +518,19 @@ class AgentTelemetry:
             on_end,
         )
         call.model = model
-        call.events = self._events
+        if self._events is not None:
+            call.events = self._events
+            call.event_attributes = to_attributes(
+                {
+                    catalog.GEN_AI_OPERATION_NAME: "chat",
+                    catalog.GEN_AI_PROVIDER_NAME: provider,
+                    catalog.GEN_AI_REQUEST_MODEL: model,
+                    catalog.SERVER_ADDRESS: server_address,
+                    catalog.SERVER_PORT: server_port,
+                    catalog.GEN_AI_CONVERSATION_ID: conversation_id,
+                },
+                self._spans.policy,
+            )
         return call
 
     def tool_call(
@@ -727,6 +722,7 @@ class _NoopModelCall(NoopSpanHandle, ModelCall):
         self.finish_reasons = ()
         self.model = ""
         self.events = None
+        self.event_attributes = {}
 
     def record_usage(
         self,

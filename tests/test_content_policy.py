@@ -169,6 +169,7 @@ def test_content_is_present_when_opted_in(make_otel: MakeOtel, otlp_receiver: Ot
     assert content["arguments"] in lookup.attributes[catalog.GEN_AI_TOOL_CALL_ARGUMENTS]
     (event,) = only_span(otlp_receiver, "execute_tool failing").events
     assert event.attributes["exception.message"] == content["exception"]
+    assert "exception.escaped" not in event.attributes  # deprecated by the conventions
     log = only_log(otlp_receiver, "tool failed")
     assert log.attributes["exception.message"] == content["exception"]
     assert content["exception"] in log.attributes["exception.stacktrace"]

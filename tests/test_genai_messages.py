@@ -17,8 +17,8 @@ import pytest
 
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import agent_spec, otlp_env
-from kaos_otel import KaosOtelManager, _genai_messages, catalog
-from kaos_otel._content import ContentPolicy
+from kaos_otel import ContentCapture, KaosOtelManager, _genai_messages, catalog
+from kaos_otel._content import ContentPolicy, to_log_value
 from kaos_otel.receiver import OtlpReceiver
 
 MakeOtel = Callable[..., KaosOtelManager]
@@ -223,7 +223,88 @@ def test_the_reference_agent_emits_the_event_in_every_event_mode(
             return [log for log in r.logs() if log.event_name == catalog.GEN_AI_INFERENCE_DETAILS_EVENT]
 
         assert otlp_receiver.wait_for(lambda r: len(details(r)) >= 2, timeout=15)
+    (run,) = [s for s in otlp_receiver.spans() if s.name == "invoke_agent researcher"]
+    assert run.attributes[catalog.GEN_AI_PROVIDER_NAME] == "openai"  # required by the conventions
     for event in details(otlp_receiver):
         _valid(catalog.GEN_AI_INPUT_MESSAGES, event.attributes[catalog.GEN_AI_INPUT_MESSAGES])
         (answer,) = _valid(catalog.GEN_AI_OUTPUT_MESSAGES, event.attributes[catalog.GEN_AI_OUTPUT_MESSAGES])
         assert answer["finish_reason"] in ("tool_call", "stop")
+
+
+class _SdkMessage:
+    """Stands for the ``openai`` SDK's pydantic objects: what ``model_dump()`` gives is converted."""
+
+    def __init__(self, **fields: object) -> None:
+        self.fields = fields
+
+    def model_dump(self, exclude_none: bool = False) -> dict[str, object]:
+        return {k: v for k, v in self.fields.items() if not (exclude_none and v is None)}
+
+
+def test_other_message_shapes_are_converted_and_other_mappings_kept() -> None:
+    completion = {
+        "id": "c1",
+        "choices": [{"message": {"role": "assistant", "content": "5"}, "finish_reason": "length"}],
+    }
+    assert _genai_messages.output_messages(completion) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "5"}], "finish_reason": "length"}
+    ]
+    choice = _SdkMessage(
+        index=0, message=_SdkMessage(role="assistant", content="hi", refusal=None), finish_reason="stop"
+    )
+    assert _genai_messages.output_messages([choice]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "hi"}], "finish_reason": "stop"}
+    ]
+    legacy = {"role": "assistant", "content": None, "function_call": {"name": "add", "arguments": '{"a": 2}'}}
+    refused = {"role": "assistant", "refusal": "I cannot help with that."}
+    converted = _genai_messages.output_messages([legacy, refused])
+    assert isinstance(converted, list)
+    call, refusal = converted
+    assert call["parts"] == [{"type": "tool_call", "id": None, "name": "add", "arguments": {"a": 2}}]
+    assert refusal["parts"] == [{"type": "refusal", "content": "I cannot help with that."}]
+    for value in ({"prompt": "what is 2 + 3?"}, [{"role": "user", "content": "hi"}, {"prompt": "x"}]):
+        assert _genai_messages.input_messages(value) is value  # no chat messages: recorded as given
+
+
+def test_event_values_are_bounded_as_attribute_values_are() -> None:
+    policy = ContentPolicy(capture=ContentCapture.EVENT_ONLY, max_value_length=100)
+    cyclic: dict[str, object] = {"role": "user"}
+    cyclic["self"] = [cyclic] * 40
+    value = to_log_value(
+        {
+            "text": "x" * 5000,
+            "big": 2**70,
+            "many": [{"n": n} for n in range(1000)],
+            "cyclic": cyclic,
+            "obj": _SdkMessage(),
+        },
+        policy,
+    )
+    assert isinstance(value, dict)
+    assert len(value["text"]) < 200 and value["big"] == str(2**70)
+    assert isinstance(value["many"], str) and len(value["many"]) < 200  # beyond 256 items: capped JSON text
+    assert isinstance(value["cyclic"], dict) and isinstance(value["obj"], str)
+
+
+def test_the_event_repeats_the_call_even_when_the_span_is_not_sampled(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel(environ={CAPTURE: "EVENT_ONLY", "OTEL_TRACES_SAMPLER": "always_off"})
+    with otel.model_call(
+        "assistant", "gpt-4o-mini", server_address="api.test", conversation_id="conv-9"
+    ) as call:
+        call.record_usage(12, 4, finish_reasons=["stop"])
+        call.record_messages("what is 2 + 3?", "5")
+    assert otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 1, 10)
+    (event,) = otlp_receiver.logs()
+    assert {k: v for k, v in event.attributes.items() if not k.endswith("messages")} == {
+        catalog.GEN_AI_OPERATION_NAME: "chat",
+        catalog.GEN_AI_PROVIDER_NAME: "openai",
+        catalog.GEN_AI_REQUEST_MODEL: "gpt-4o-mini",
+        catalog.SERVER_ADDRESS: "api.test",
+        catalog.GEN_AI_CONVERSATION_ID: "conv-9",
+        catalog.GEN_AI_USAGE_INPUT_TOKENS: 12,
+        catalog.GEN_AI_USAGE_OUTPUT_TOKENS: 4,
+        catalog.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",),
+    }
