@@ -260,7 +260,8 @@ class Agent:
                 response_model=completion.model,
                 finish_reasons=[completion.finish_reason],
             )
-            if self._otel.content_policy.capture.enabled:  # on spans, in events or both
+            capture = self._otel.content_policy.capture
+            if capture.on_events or (capture.on_spans and call.span.is_recording()):
                 call.record_messages(
                     [m.model_dump(exclude_none=True) for m in conversation],
                     [

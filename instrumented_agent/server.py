@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from fastapi import FastAPI, Request
@@ -114,6 +114,8 @@ async def _autonomous_loop(agent: Agent, goal: str, interval_s: float) -> None:
         await asyncio.sleep(interval_s)
 
 
+T = TypeVar("T")
+
 CLIENT_CLOSED_REQUEST = 499
 """The status a request gets when its client disconnected before the answer (as nginx logs it)."""
 
@@ -128,19 +130,19 @@ async def _until_disconnect(receive: Receive) -> None:
     await asyncio.Event().wait()
 
 
-async def _unless_disconnected(run: asyncio.Future[RunResult], receive: Receive) -> RunResult | None:
-    """``run``'s result, or ``None`` once it is cancelled because the client disconnected first."""
+async def _unless_disconnected(work: asyncio.Future[T], receive: Receive) -> T | None:
+    """``work``'s result, or ``None`` once it is cancelled because the client disconnected first
+    (a cancellation of this task cancels ``work`` too, and still propagates)."""
     disconnect = asyncio.ensure_future(_until_disconnect(receive))
-    pending: set[asyncio.Future[Any]] = {run, disconnect}
+    pending: set[asyncio.Future[Any]] = {work, disconnect}
     try:
         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
     finally:
         disconnect.cancel()
-        if not run.done():  # the client went away, or this request was cancelled
-            run.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await run
-    return None if run.cancelled() else run.result()
+        if not work.done():  # the client went away, or this request was cancelled
+            work.cancel()
+            await asyncio.wait({work})
+    return None if work.cancelled() else work.result()
 
 
 class _AgentService:
@@ -193,8 +195,10 @@ class _AgentService:
         conversation_id: str | None,
         scope: MemoryScope,
         delegated: bool,
-    ) -> JSONResponse | StreamingResponse:
-        """Run in a task that feeds a queue; an error before the first chunk is still an HTTP error."""
+        receive: Receive,
+    ) -> Response:
+        """Run in a task that feeds a queue; an error before the first chunk is still an HTTP error,
+        and a client gone before it cancels the run (Starlette watches for it from the first chunk)."""
         queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
         delivered = asyncio.Event()
 
@@ -220,10 +224,14 @@ class _AgentService:
 
         task = asyncio.create_task(produce())
         try:
-            first = await queue.get()
-        except asyncio.CancelledError:  # the client went away before the first chunk
+            first = await _unless_disconnected(asyncio.ensure_future(queue.get()), receive)
+        except asyncio.CancelledError:  # this request was cancelled before the first chunk
             task.cancel()
             raise
+        if first is None:  # the client went away before the first chunk
+            task.cancel()
+            await asyncio.wait({task})
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
         if isinstance(first, BaseException):
             await task
             return _error_response(first)
@@ -351,7 +359,9 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
         service = state["service"]
         delegated = DELEGATED_BY_HEADER in request.headers
         if body.stream:
-            response = await service.stream(body, identity, conversation_id, scope, delegated)
+            response = await service.stream(
+                body, identity, conversation_id, scope, delegated, request.receive
+            )
         else:
             response = await service.complete(
                 body, identity, conversation_id, scope, delegated, request.receive

@@ -6,6 +6,7 @@ receiver in this test; each test checks the answer the client gets and the telem
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -15,10 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.types import Message
 
 from instrumented_agent.config import USER_ID_HEADER
 from instrumented_agent.demo import SCENARIOS, request_counts
-from instrumented_agent.server import TRACE_ID_HEADER
+from instrumented_agent.server import TRACE_ID_HEADER, _unless_disconnected
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import System, agent_spec, otlp_env, start_system
 from kaos_otel import catalog
@@ -269,16 +271,24 @@ def test_autonomous_runs_use_the_agent_identity_in_their_own_traces(
     assert len({s.trace_id for s in runs}) == len(runs)
 
 
-def test_a_client_gone_before_the_answer_cancels_the_run(otlp_receiver: OtlpReceiver, tmp_path: Path) -> None:
-    """A non-streaming request whose client gives up during the first model call: the run stops
-    there (no second model call, no tool call) and ends ``canceled``, as does the server span."""
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streaming"])
+def test_a_client_gone_before_the_answer_cancels_the_run(
+    otlp_receiver: OtlpReceiver, tmp_path: Path, stream: bool
+) -> None:
+    """A request whose client gives up during the first model call (before any chunk of a
+    stream): the run stops there (no second model call, no tool call) and ends ``canceled``, as
+    does the server span."""
     env = otlp_env(otlp_receiver.grpc_endpoint, export_delay_ms=200)
     with Supervisor(tmp_path, env=env) as supervisor:
         model = supervisor.spawn(ServiceSpec("model", ["model", "--latency-ms", "1500"]))
         echo = supervisor.spawn(ServiceSpec("mcp-echo", ["mcp", "echo"]))
         researcher = supervisor.spawn(agent_spec("researcher", model, mcp=[echo]))
         supervisor.wait_ready([model, echo, researcher])
-        body = {"model": "researcher", "messages": [{"role": "user", "content": "Find the opening hours."}]}
+        body = {
+            "model": "researcher",
+            "stream": stream,
+            "messages": [{"role": "user", "content": "Find the opening hours."}],
+        }
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{researcher.url}/v1/chat/completions", json=body, timeout=0.5, trust_env=False)
 
@@ -296,3 +306,51 @@ def test_a_client_gone_before_the_answer_cancels_the_run(otlp_receiver: OtlpRece
     assert [(s.name, s.attributes[catalog.KAOS_OUTCOME]) for s in calls] == [
         ("chat scripted-model", "canceled")
     ]
+
+
+async def test_a_disconnect_cancels_the_work_and_nothing_else_is_lost() -> None:
+    """The server's disconnect watch: a disconnect cancels the work (``None``); a ``receive`` that
+    fails never reads as one; a cancellation of the request itself cancels the work and still
+    propagates, also while the cancelled work unwinds."""
+    gone = asyncio.Event()
+
+    async def receive() -> Message:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def failing_receive() -> Message:
+        raise OSError("connection reset")
+
+    async def slow_to_unwind() -> str:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            await asyncio.shield(asyncio.sleep(0.2))
+        return "answer"
+
+    async def quick() -> str:
+        await asyncio.sleep(0.05)
+        return "answer"
+
+    answered = asyncio.ensure_future(quick())
+    result = await _unless_disconnected(answered, failing_receive)
+    assert result == "answer"
+    work = asyncio.ensure_future(slow_to_unwind())
+    gone.set()
+    assert await _unless_disconnected(work, receive) is None and work.cancelled()
+
+    gone.clear()
+    work = asyncio.ensure_future(slow_to_unwind())
+
+    async def handle() -> str | None:
+        return await _unless_disconnected(work, receive)
+
+    request = asyncio.ensure_future(handle())
+    await asyncio.sleep(0.05)
+    gone.set()  # the work is cancelled and unwinds for 0.2 s...
+    await asyncio.sleep(0.05)
+    request.cancel()  # ...when the server cancels the request (its shutdown grace is over)
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    await asyncio.wait({work})
+    assert work.cancelled()
