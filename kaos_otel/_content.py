@@ -308,15 +308,31 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
     return policy.bound_size(text, policy.max_value_length)
 
 
+_MAX_LOG_VALUE_NODES = 10_000
+"""Values and containers one structured log value keeps; the rest is a marker (a list that holds
+the same list many times would otherwise grow without bound)."""
+
+
 def to_log_value(value: object, policy: ContentPolicy) -> AnyValue:
     """A structured value for a log record (OTLP ``AnyValue``): mappings and sequences stay
     structures, strings are capped as attribute values are, integers beyond 64 bits and other
-    objects become text. Past the depth and size the cleaning layer walks, and for a structure
-    that contains itself, the rest is capped JSON text. Secrets are masked on export, as in any log.
-    """
+    objects become text. A structure deeper or longer than the cleaning layer walks, or that
+    contains itself, becomes capped JSON text; past 10,000 values the rest is ``"..."``. Secrets
+    are masked on export, as in any log record."""
     on_path: set[int] = set()
+    budget = [_MAX_LOG_VALUE_NODES]
+
+    def as_text(item: object) -> str:
+        try:
+            text = json.dumps(item, default=safe_str, ensure_ascii=False)
+        except (ValueError, RecursionError):  # it contains itself
+            text = safe_str(item)
+        return policy.bound_size(text, policy.max_value_length)
 
     def convert(item: object, depth: int) -> AnyValue:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return "..."
         if item is None or isinstance(item, bool | float | bytes):
             return item
         if isinstance(item, int):
@@ -326,7 +342,7 @@ def to_log_value(value: object, policy: ContentPolicy) -> AnyValue:
         if not isinstance(item, Mapping | list | tuple):
             return policy.bound_size(safe_str(item), policy.max_value_length)
         if depth >= _MAX_STRUCTURE_DEPTH or len(item) > _MAX_STRUCTURE_ITEMS or id(item) in on_path:
-            return to_attribute_value(item, policy)
+            return as_text(item)
         on_path.add(id(item))
         try:
             if isinstance(item, Mapping):

@@ -20,17 +20,16 @@ _FINISH_REASONS = {"tool_calls": "tool_call", "function_call": "tool_call"}
 """OpenAI's finish reasons that the conventions spell differently."""
 
 
-_MESSAGE_KEYS = frozenset(
-    {"role", "content", "parts", "tool_calls", "tool_call_id", "function_call", "refusal", "message"}
-)
-"""A mapping with none of these keys is no chat message (or choice): it is kept as given."""
+_CONTENT_KEYS = frozenset({"content", "parts", "tool_calls", "tool_call_id", "function_call", "refusal"})
+"""A mapping with none of these keys carries no chat message's content (a choice holds one under
+``message``): it is kept as given rather than converted into an empty message."""
 
 
 def input_messages(value: object) -> object:
     """``gen_ai.input.messages`` from text, one message or a sequence of messages."""
     if isinstance(value, str):
         return [{"role": "user", "parts": [_text(value)]}]
-    messages = _message_list(value)
+    messages = _message_list(value, choices=False)
     if messages is None:
         return value
     return [_message(message) for message in messages]
@@ -44,12 +43,12 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
     """
     if isinstance(value, str):
         value = [{"role": "assistant", "content": value}]
-    value = _dumped(value)
+    given, value = value, _dumped(value)
     if isinstance(value, Mapping) and isinstance(value.get("choices"), list | tuple):
         value = value["choices"]  # a whole completion
-    messages = _message_list(value)
+    messages = _message_list(value, choices=True)
     if messages is None:
-        return value
+        return given
     converted = []
     for index, item in enumerate(messages):
         reason: object = None
@@ -72,8 +71,9 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
     return converted
 
 
-def _message_list(value: object) -> list[Mapping[str, Any]] | None:
-    """The messages in ``value`` when every one is a chat message, else ``None`` (kept as given)."""
+def _message_list(value: object, *, choices: bool) -> list[Mapping[str, Any]] | None:
+    """The messages (or, with ``choices``, also choices) in ``value`` when every one is one, else
+    ``None`` (kept as given)."""
     items = [value] if isinstance(value, Mapping) else value
     if not isinstance(items, list | tuple):
         items = [items] if hasattr(items, "model_dump") else None
@@ -82,10 +82,17 @@ def _message_list(value: object) -> list[Mapping[str, Any]] | None:
     messages: list[Mapping[str, Any]] = []
     for item in items:
         message = _dumped(item)
-        if not isinstance(message, Mapping) or _MESSAGE_KEYS.isdisjoint(message):
+        if not isinstance(message, Mapping) or not _is_message(message, choices):
             return None
         messages.append(message)
     return messages
+
+
+def _is_message(item: Mapping[str, Any], choices: bool) -> bool:
+    if not _CONTENT_KEYS.isdisjoint(item):
+        return True
+    inner = _dumped(item.get("message")) if choices else None
+    return isinstance(inner, Mapping) and not _CONTENT_KEYS.isdisjoint(inner)
 
 
 def _dumped(value: object) -> object:
@@ -115,9 +122,10 @@ def _message(message: Mapping[str, Any], default_role: str = "user") -> Mapping[
         parts.extend(_content_parts(message.get("content")))
         if message.get("refusal") is not None:  # the conventions' generic part: a type of its own
             parts.append({"type": "refusal", "content": message["refusal"]})
-        calls = message.get("tool_calls") or ()
-        if isinstance(message.get("function_call"), Mapping):  # the legacy single call
-            calls = [*calls, {"function": message["function_call"]}]
+        calls = [_dumped(call) for call in message.get("tool_calls") or ()]
+        legacy = _dumped(message.get("function_call"))
+        if isinstance(legacy, Mapping):  # the legacy single call
+            calls.append({"function": legacy})
         for call in calls:
             if isinstance(call, Mapping):
                 parts.append(_tool_call(call))
@@ -134,6 +142,7 @@ def _content_parts(content: object) -> list[dict[str, Any]]:
         return [_text(content if isinstance(content, str) else str(content))]
     parts = []
     for part in content:
+        part = _dumped(part)
         if isinstance(part, str):
             parts.append(_text(part))
         elif isinstance(part, Mapping):
@@ -160,7 +169,7 @@ def _content_part(part: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
-    function = call.get("function")
+    function = _dumped(call.get("function"))
     if not isinstance(function, Mapping):
         function = call
     arguments = function.get("arguments")

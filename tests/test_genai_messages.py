@@ -262,21 +262,40 @@ def test_other_message_shapes_are_converted_and_other_mappings_kept() -> None:
     call, refusal = converted
     assert call["parts"] == [{"type": "tool_call", "id": None, "name": "add", "arguments": {"a": 2}}]
     assert refusal["parts"] == [{"type": "refusal", "content": "I cannot help with that."}]
-    for value in ({"prompt": "what is 2 + 3?"}, [{"role": "user", "content": "hi"}, {"prompt": "x"}]):
+    sdk_call = _SdkMessage(id="c1", type="function", function=_SdkMessage(name="add", arguments="{}"))
+    converted = _genai_messages.output_messages([{"role": "assistant", "tool_calls": [sdk_call]}])
+    assert isinstance(converted, list)
+    (calling,) = converted
+    assert calling["parts"] == [{"type": "tool_call", "id": "c1", "name": "add", "arguments": {}}]
+    assert calling["finish_reason"] == "tool_call"
+    not_messages: list[object] = [
+        {"prompt": "what is 2 + 3?"},
+        [{"role": "user", "content": "hi"}, {"prompt": "x"}],
+        [{"role": "USER", "message": "what is 2 + 3?"}],  # another provider's shape: no content key
+        [{"role": "user", "text": "what is 2 + 3?"}],
+    ]
+    for value in not_messages:
         assert _genai_messages.input_messages(value) is value  # no chat messages: recorded as given
+    for value in ({"message": "5"}, {"id": "c2", "choices": ["a", "b"]}):
+        assert _genai_messages.output_messages(value) is value
 
 
 def test_event_values_are_bounded_as_attribute_values_are() -> None:
     policy = ContentPolicy(capture=ContentCapture.EVENT_ONLY, max_value_length=100)
     cyclic: dict[str, object] = {"role": "user"}
     cyclic["self"] = [cyclic] * 40
+    deep: dict[str, object] = {"big": [2**70]}
+    for _ in range(8):
+        deep = {"deeper": deep}
+    shared = [[[1] * 100] * 100] * 100  # the same lists again and again: a million values
     value = to_log_value(
         {
             "text": "x" * 5000,
             "big": 2**70,
-            "many": [{"n": n} for n in range(1000)],
+            "many": [1] * 300 + [2**70],
             "cyclic": cyclic,
             "obj": _SdkMessage(),
+            "deep": deep,
         },
         policy,
     )
@@ -284,6 +303,8 @@ def test_event_values_are_bounded_as_attribute_values_are() -> None:
     assert len(value["text"]) < 200 and value["big"] == str(2**70)
     assert isinstance(value["many"], str) and len(value["many"]) < 200  # beyond 256 items: capped JSON text
     assert isinstance(value["cyclic"], dict) and isinstance(value["obj"], str)
+    assert str(2**70) in str(value["deep"]) and f"({2**70}" not in str(value["deep"])  # text, not an int
+    assert str(to_log_value(shared, policy)).count("1") <= 10_000
 
 
 def test_the_event_repeats_the_call_even_when_the_span_is_not_sampled(
