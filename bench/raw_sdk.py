@@ -120,8 +120,9 @@ class RawSdkModelCall:
         *,
         response_model: str | None = None,
         finish_reasons: Sequence[str] | None = None,
+        response_id: str | None = None,
     ) -> None:
-        """Token usage, response model and finish reasons, as ``ModelCall.record_usage`` sets them."""
+        """Token usage and response details, as ``ModelCall.record_usage`` sets them."""
         self.input_tokens, self.output_tokens = input_tokens, output_tokens
         attributes: dict[str, AttributeValue] = {}
         if input_tokens is not None:
@@ -130,6 +131,8 @@ class RawSdkModelCall:
             attributes[catalog.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
         if response_model is not None:
             attributes[catalog.GEN_AI_RESPONSE_MODEL] = response_model
+        if response_id is not None:
+            attributes[catalog.GEN_AI_RESPONSE_ID] = response_id
         if finish_reasons is not None:
             attributes[catalog.GEN_AI_RESPONSE_FINISH_REASONS] = tuple(finish_reasons)
         self.span.set_attributes(attributes)

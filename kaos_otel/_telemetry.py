@@ -90,9 +90,12 @@ class ModelCall(SpanHandle):
         *,
         response_model: str | None = None,
         finish_reasons: Sequence[str] | None = None,
+        response_id: str | None = None,
     ) -> None:
         """Record token usage and response details (a token count that is not an int from 0 to
-        2**63 - 1 is left out: OTLP carries 64-bit integers)."""
+        2**63 - 1 is left out: OTLP carries 64-bit integers). Request parameters the conventions
+        name (``gen_ai.request.temperature``, ``gen_ai.request.max_tokens``...) go in
+        ``model_call(attributes=...)``."""
         self.input_tokens = _token_count(input_tokens)
         self.output_tokens = _token_count(output_tokens)
         if isinstance(finish_reasons, str):  # one reason given as a plain string
@@ -103,6 +106,7 @@ class ModelCall(SpanHandle):
             catalog.GEN_AI_USAGE_INPUT_TOKENS: self.input_tokens,
             catalog.GEN_AI_USAGE_OUTPUT_TOKENS: self.output_tokens,
             catalog.GEN_AI_RESPONSE_MODEL: response_model,
+            catalog.GEN_AI_RESPONSE_ID: response_id,
             catalog.GEN_AI_RESPONSE_FINISH_REASONS: self.finish_reasons or None,
         }
         self.set_attributes(response)
@@ -731,6 +735,7 @@ class _NoopModelCall(NoopSpanHandle, ModelCall):
         *,
         response_model: str | None = None,
         finish_reasons: Sequence[str] | None = None,
+        response_id: str | None = None,
     ) -> None:
         """Do nothing (this handle is shared: it keeps no state)."""
 

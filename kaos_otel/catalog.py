@@ -44,6 +44,9 @@ from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
     GEN_AI_RESPONSE_FINISH_REASONS as GEN_AI_RESPONSE_FINISH_REASONS,
 )
 from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_RESPONSE_ID as GEN_AI_RESPONSE_ID,
+)
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
     GEN_AI_RESPONSE_MODEL as GEN_AI_RESPONSE_MODEL,
 )
 from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
@@ -223,6 +226,7 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(GEN_AI_CONVERSATION_ID, "Conversation id", "otel"),
     AttributeSpec(GEN_AI_REQUEST_MODEL, "Requested model", "otel"),
     AttributeSpec(GEN_AI_RESPONSE_MODEL, "Model that answered", "otel"),
+    AttributeSpec(GEN_AI_RESPONSE_ID, "The completion's id, as the model API gave it", "otel"),
     AttributeSpec(GEN_AI_RESPONSE_FINISH_REASONS, "Finish reasons of the choices", "otel"),
     AttributeSpec(GEN_AI_USAGE_INPUT_TOKENS, "Input tokens used", "otel"),
     AttributeSpec(GEN_AI_USAGE_OUTPUT_TOKENS, "Output tokens used", "otel"),

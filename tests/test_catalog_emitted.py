@@ -90,7 +90,11 @@ def drive_domain_api(otel: KaosOtelManager) -> None:
         with otel.agent_step(run):
             with otel.model_call(AGENT, MODEL, server_address="127.0.0.1", server_port=8000) as call:
                 call.record_usage(
-                    input_tokens=12, output_tokens=5, response_model=f"{MODEL}-1", finish_reasons=["stop"]
+                    input_tokens=12,
+                    output_tokens=5,
+                    response_model=f"{MODEL}-1",
+                    finish_reasons=["stop"],
+                    response_id="chatcmpl-1",
                 )
                 call.record_messages(
                     [{"role": "user", "parts": [{"type": "text", "content": "hi"}]}],
