@@ -259,7 +259,7 @@ class Agent:
                 completion.usage.completion_tokens,
                 response_model=completion.model,
                 finish_reasons=[completion.finish_reason],
-                response_id=completion.id,
+                response_id=completion.id or None,
             )
             capture = self._otel.content_policy.capture
             if capture.on_events or (capture.on_spans and call.span.is_recording()):

@@ -16,7 +16,6 @@ from instrumented_agent.openai_api import (
     ToolCall,
     ToolFunction,
     Usage,
-    new_completion_id,
 )
 from kaos_otel._secrets import REDACTED, default_redactor
 
@@ -104,7 +103,7 @@ def _parse_completion(body: dict[str, Any], model: str) -> Completion:
     except ValidationError as exc:
         raise ValueError(str(exc)) from exc
     return Completion(
-        id=str(body.get("id") or new_completion_id()),
+        id=str(body.get("id") or ""),  # "" when the API gave none: no id is made up
         model=str(body.get("model") or model),
         message=message,
         finish_reason=str(choice.get("finish_reason") or "stop"),
@@ -120,7 +119,7 @@ async def _read_stream(
     calls: dict[int, dict[str, str]] = {}
     finish_reason = "stop"
     usage = Usage()
-    completion_id, response_model = new_completion_id(), model
+    completion_id, response_model = "", model
     async for line in response.aiter_lines():
         if not line.startswith("data:"):
             continue

@@ -312,46 +312,54 @@ _MAX_LOG_VALUE_NODES = 10_000
 """Values and containers one structured log value keeps; the rest is a marker (a list that holds
 the same list many times would otherwise grow without bound)."""
 
+_MAX_FLATTENED_DEPTH = 64
+"""How deep a structure turned into JSON text is followed (then a marker)."""
+
 
 def to_log_value(value: object, policy: ContentPolicy) -> AnyValue:
     """A structured value for a log record (OTLP ``AnyValue``): mappings and sequences stay
-    structures, strings are capped as attribute values are, integers beyond 64 bits and other
-    objects become text. A structure deeper or longer than the cleaning layer walks, or that
-    contains itself, becomes capped JSON text; past 10,000 values the rest is ``"..."``. Secrets
-    are masked on export, as in any log record."""
+    structures, strings and bytes are capped as attribute values are, integers beyond 64 bits and
+    other objects become text. A structure deeper or longer than the cleaning layer walks becomes
+    capped JSON text. At most 10,000 values are kept (the rest is ``"..."``), a structure within
+    itself is ``"<cycle>"``. Secrets are masked on export, as in any log record."""
     on_path: set[int] = set()
     budget = [_MAX_LOG_VALUE_NODES]
+    limit = policy.max_value_length
 
-    def as_text(item: object) -> str:
-        try:
-            text = json.dumps(item, default=safe_str, ensure_ascii=False)
-        except (ValueError, RecursionError):  # it contains itself
-            text = safe_str(item)
-        return policy.bound_size(text, policy.max_value_length)
-
-    def convert(item: object, depth: int) -> AnyValue:
+    def convert(item: object, depth: int, room: list[int] | None) -> AnyValue:
+        """``room``: for a structure becoming text, the characters it may still take."""
         budget[0] -= 1
-        if budget[0] < 0:
+        if budget[0] < 0 or (room is not None and (room[0] <= 0 or depth >= _MAX_FLATTENED_DEPTH)):
             return "..."
-        if item is None or isinstance(item, bool | float | bytes):
+        if item is None or isinstance(item, bool | float):
             return item
         if isinstance(item, int):
             return item if -(2**63) <= item < 2**63 else str(item)
-        if isinstance(item, str):
-            return policy.bound_size(item, policy.max_value_length)
+        if isinstance(item, bytes):
+            return item[:limit]
         if not isinstance(item, Mapping | list | tuple):
-            return policy.bound_size(safe_str(item), policy.max_value_length)
-        if depth >= _MAX_STRUCTURE_DEPTH or len(item) > _MAX_STRUCTURE_ITEMS or id(item) in on_path:
-            return as_text(item)
+            text = item if isinstance(item, str) else safe_str(item)
+            text = policy.bound_size(text, limit if room is None else min(limit, room[0]))
+            if room is not None:
+                room[0] -= len(text)
+            return text
+        if id(item) in on_path:
+            return "<cycle>"
+        if room is None and (depth >= _MAX_STRUCTURE_DEPTH or len(item) > _MAX_STRUCTURE_ITEMS):
+            # what the cleaning layer would not walk: as JSON text, no longer than the cap
+            flattened = convert(item, depth, [limit + REDACTION_MARGIN])
+            return policy.bound_size(json.dumps(flattened, default=safe_str, ensure_ascii=False), limit)
         on_path.add(id(item))
         try:
             if isinstance(item, Mapping):
-                return {safe_str(key): convert(member, depth + 1) for key, member in item.items()}
-            return [convert(member, depth + 1) for member in item]
+                return {
+                    safe_str(key)[:limit]: convert(member, depth + 1, room) for key, member in item.items()
+                }
+            return [convert(member, depth + 1, room) for member in item]
         finally:
             on_path.discard(id(item))
 
-    return convert(value, 0)
+    return convert(value, 0, None)
 
 
 def safe_str(value: object) -> str:

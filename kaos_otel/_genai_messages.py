@@ -22,7 +22,12 @@ _FINISH_REASONS = {"tool_calls": "tool_call", "function_call": "tool_call"}
 
 _CONTENT_KEYS = frozenset({"content", "parts", "tool_calls", "tool_call_id", "function_call", "refusal"})
 """A mapping with none of these keys carries no chat message's content (a choice holds one under
-``message``): it is kept as given rather than converted into an empty message."""
+``message``): it is kept as given rather than converted into an empty message..."""
+
+_EMPTY_MESSAGE_KEYS = frozenset({"role", "name", "audio", "annotations"})
+_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+"""...unless it is a chat role's message with nothing in it (``model_dump(exclude_none=True)`` of
+an empty reply is ``{"role": "assistant"}``)."""
 
 
 def input_messages(value: object) -> object:
@@ -38,8 +43,8 @@ def input_messages(value: object) -> object:
 def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object:
     """``gen_ai.output.messages`` from text, one message or choice, or a sequence of them.
 
-    A message's ``finish_reason`` is its choice's, else the one recorded for its position
-    (``record_usage``), else ``tool_call`` when it calls a tool and ``stop`` when it does not.
+    A message's ``finish_reason`` is its choice's, else the one recorded for its choice's index or
+    its position (``record_usage``), else ``tool_call`` when it calls a tool, ``stop`` when not.
     """
     if isinstance(value, str):
         value = [{"role": "assistant", "content": value}]
@@ -52,16 +57,19 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
     converted = []
     for index, item in enumerate(messages):
         reason: object = None
+        position = index
         inner = _dumped(item.get("message"))
-        if isinstance(inner, Mapping):  # an OpenAI choice: {"message", "finish_reason"}
+        if isinstance(inner, Mapping):  # an OpenAI choice: {"index", "message", "finish_reason"}
             reason = item.get("finish_reason")
+            if type(item.get("index")) is int:
+                position = item["index"]
             item = inner
         message = dict(_message(item, default_role="assistant"))  # the caller's own is not changed
         if "finish_reason" not in message:
             if reason is None:
                 reason = item.get("finish_reason")
-            if reason is None and index < len(finish_reasons):
-                reason = finish_reasons[index]
+            if reason is None and 0 <= position < len(finish_reasons):
+                reason = finish_reasons[position]
             if reason is None:
                 parts = message["parts"] if isinstance(message["parts"], list | tuple) else ()
                 calls = any(isinstance(part, Mapping) and part.get("type") == "tool_call" for part in parts)
@@ -89,10 +97,12 @@ def _message_list(value: object, *, choices: bool) -> list[Mapping[str, Any]] | 
 
 
 def _is_message(item: Mapping[str, Any], choices: bool) -> bool:
+    inner = _dumped(item.get("message")) if choices else None
+    if isinstance(inner, Mapping):
+        item = inner
     if not _CONTENT_KEYS.isdisjoint(item):
         return True
-    inner = _dumped(item.get("message")) if choices else None
-    return isinstance(inner, Mapping) and not _CONTENT_KEYS.isdisjoint(inner)
+    return item.get("role") in _CHAT_ROLES and _EMPTY_MESSAGE_KEYS.issuperset(item)
 
 
 def _dumped(value: object) -> object:

@@ -21,7 +21,7 @@ from opentelemetry.util.types import AnyValue, AttributeValue
 from kaos_otel import _genai_messages as genai_messages
 from kaos_otel import catalog
 from kaos_otel._config import enum_member, name_set
-from kaos_otel._content import ContentPolicy, to_attributes, to_log_value
+from kaos_otel._content import ContentPolicy, safe_str, to_attributes, to_log_value
 from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
 from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle, SpanScope
@@ -98,15 +98,12 @@ class ModelCall(SpanHandle):
         ``model_call(attributes=...)``."""
         self.input_tokens = _token_count(input_tokens)
         self.output_tokens = _token_count(output_tokens)
-        if isinstance(finish_reasons, str):  # one reason given as a plain string
-            finish_reasons = (finish_reasons,)
-        if finish_reasons:
-            self.finish_reasons = tuple(finish_reasons)
+        self.finish_reasons = _finish_reasons(finish_reasons) or self.finish_reasons
         response = {
             catalog.GEN_AI_USAGE_INPUT_TOKENS: self.input_tokens,
             catalog.GEN_AI_USAGE_OUTPUT_TOKENS: self.output_tokens,
             catalog.GEN_AI_RESPONSE_MODEL: response_model,
-            catalog.GEN_AI_RESPONSE_ID: response_id,
+            catalog.GEN_AI_RESPONSE_ID: None if response_id is None else safe_str(response_id),
             catalog.GEN_AI_RESPONSE_FINISH_REASONS: self.finish_reasons or None,
         }
         self.set_attributes(response)
@@ -689,6 +686,22 @@ class AgentTelemetry:
                 record(*args)
             except Exception as exc:
                 internal_error(where, exc)
+
+
+def _finish_reasons(value: object) -> tuple[str, ...]:
+    """Finish reasons given as one string or a sequence of strings; anything else is said and
+    left out (an exception here would reach the agent)."""
+    if value is None or isinstance(value, str):
+        return () if not value else (value,)
+    try:
+        reasons = tuple(value) if isinstance(value, Iterable) else None
+    except Exception as exc:  # a generator that fails
+        internal_error("record_usage finish_reasons", exc)
+        return ()
+    if reasons is not None and all(isinstance(reason, str) for reason in reasons):
+        return reasons
+    internal_error("record_usage finish_reasons", TypeError(f"not finish reasons: {_described(value)}"))
+    return ()
 
 
 def _token_count(value: object) -> int | None:

@@ -7,7 +7,7 @@ v1.41.0); what is checked is what reached a real OTLP receiver.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -278,14 +278,46 @@ def test_other_message_shapes_are_converted_and_other_mappings_kept() -> None:
         assert _genai_messages.input_messages(value) is value  # no chat messages: recorded as given
     for value in ({"message": "5"}, {"id": "c2", "choices": ["a", "b"]}):
         assert _genai_messages.output_messages(value) is value
+    empty_reply = [{"role": "user", "content": "hi"}, {"role": "assistant"}]  # model_dump(exclude_none=True)
+    assert _genai_messages.input_messages(empty_reply) == [
+        {"role": "user", "parts": [{"type": "text", "content": "hi"}]},
+        {"role": "assistant", "parts": []},
+    ]
+    choices = [
+        {"index": 1, "message": {"role": "assistant", "content": "b"}},
+        {"index": 0, "message": {"role": "assistant", "content": "a"}},
+    ]
+    in_order = _genai_messages.output_messages(choices, ["stop", "length"])
+    assert isinstance(in_order, list)
+    assert [m["finish_reason"] for m in in_order] == ["length", "stop"]  # by each choice's index
+
+
+def test_record_usage_takes_what_it_can_and_never_raises(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    def failing() -> Iterator[str]:
+        yield "stop"
+        raise RuntimeError("the stream broke")
+
+    otel = make_otel()
+    hostile: list[object] = [5, failing(), b"stop", [1, 2]]
+    for reasons in hostile:
+        with otel.model_call("assistant", "gpt-4o-mini") as call:
+            call.record_usage(1, 2, finish_reasons=reasons, response_id=True)  # type: ignore[arg-type]
+    assert otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) >= len(hostile), 10)
+    for span in otlp_receiver.spans():
+        assert catalog.GEN_AI_RESPONSE_FINISH_REASONS not in span.attributes
+        assert span.attributes[catalog.GEN_AI_RESPONSE_ID] == "True"
+        assert span.attributes[catalog.GEN_AI_USAGE_OUTPUT_TOKENS] == 2
 
 
 def test_event_values_are_bounded_as_attribute_values_are() -> None:
     policy = ContentPolicy(capture=ContentCapture.EVENT_ONLY, max_value_length=100)
     cyclic: dict[str, object] = {"role": "user"}
     cyclic["self"] = [cyclic] * 40
-    deep: dict[str, object] = {"big": [2**70]}
-    for _ in range(8):
+    deep: dict[str, object] = {"big": [2**70, {("a", "tuple"): "key"}]}  # JSON has no tuple keys
+    for _ in range(6):  # the list at depth 8: past what the cleaning layer walks
         deep = {"deeper": deep}
     shared = [[[1] * 100] * 100] * 100  # the same lists again and again: a million values
     value = to_log_value(
@@ -304,7 +336,10 @@ def test_event_values_are_bounded_as_attribute_values_are() -> None:
     assert isinstance(value["many"], str) and len(value["many"]) < 200  # beyond 256 items: capped JSON text
     assert isinstance(value["cyclic"], dict) and isinstance(value["obj"], str)
     assert str(2**70) in str(value["deep"]) and f"({2**70}" not in str(value["deep"])  # text, not an int
+    assert "tuple" in str(value["deep"])
     assert str(to_log_value(shared, policy)).count("1") <= 10_000
+    wide = [[[1] * 257] * 257] * 257  # past 256 items: text, which the walk bounds all the same
+    assert len(str(to_log_value(wide, policy))) < 1_000
 
 
 def test_the_event_repeats_the_call_even_when_the_span_is_not_sampled(
