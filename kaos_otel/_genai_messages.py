@@ -37,7 +37,7 @@ def input_messages(value: object) -> object:
     messages = _message_list(value, choices=False)
     if messages is None:
         return value
-    return [_message(message) for message in messages]
+    return [_message(message) for message, _ in messages]
 
 
 def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object:
@@ -55,15 +55,13 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
     if messages is None:
         return given
     converted = []
-    for index, item in enumerate(messages):
+    for index, (item, choice) in enumerate(messages):
         reason: object = None
         position = index
-        inner = _dumped(item.get("message"))
-        if isinstance(inner, Mapping):  # an OpenAI choice: {"index", "message", "finish_reason"}
-            reason = item.get("finish_reason")
-            if type(item.get("index")) is int:
-                position = item["index"]
-            item = inner
+        if choice is not None:  # an OpenAI choice: {"index", "message", "finish_reason"}
+            reason = choice.get("finish_reason")
+            if type(choice.get("index")) is int:
+                position = choice["index"]
         message = dict(_message(item, default_role="assistant"))  # the caller's own is not changed
         if "finish_reason" not in message:
             if reason is None:
@@ -79,27 +77,32 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
     return converted
 
 
-def _message_list(value: object, *, choices: bool) -> list[Mapping[str, Any]] | None:
-    """The messages (or, with ``choices``, also choices) in ``value`` when every one is one, else
-    ``None`` (kept as given)."""
+_Found = tuple[Mapping[str, Any], Mapping[str, Any] | None]
+"""A message found, and the choice that held it (``None`` for a message on its own)."""
+
+
+def _message_list(value: object, *, choices: bool) -> list[_Found] | None:
+    """The messages in ``value`` (with ``choices``, also held by choices), each dumped once, when
+    every item is one, else ``None`` (kept as given)."""
     items = [value] if isinstance(value, Mapping) else value
     if not isinstance(items, list | tuple):
         items = [items] if hasattr(items, "model_dump") else None
     if items is None:
         return None
-    messages: list[Mapping[str, Any]] = []
+    found: list[_Found] = []
     for item in items:
-        message = _dumped(item)
-        if not isinstance(message, Mapping) or not _is_message(message, choices):
+        item = _dumped(item)
+        if not isinstance(item, Mapping):
             return None
-        messages.append(message)
-    return messages
+        inner = _dumped(item.get("message")) if choices else None
+        message, choice = (inner, item) if isinstance(inner, Mapping) else (item, None)
+        if not _is_message(message):
+            return None
+        found.append((message, choice))
+    return found
 
 
-def _is_message(item: Mapping[str, Any], choices: bool) -> bool:
-    inner = _dumped(item.get("message")) if choices else None
-    if isinstance(inner, Mapping):
-        item = inner
+def _is_message(item: Mapping[str, Any]) -> bool:
     if not _CONTENT_KEYS.isdisjoint(item):
         return True
     return item.get("role") in _CHAT_ROLES and _EMPTY_MESSAGE_KEYS.issuperset(item)

@@ -66,6 +66,18 @@ class AgentRun(SpanHandle):
         self.steps = 0
 
 
+_INFERENCE_EVENT_KEYS = (
+    catalog.GEN_AI_OPERATION_NAME,
+    catalog.GEN_AI_PROVIDER_NAME,
+    catalog.GEN_AI_REQUEST_MODEL,
+    catalog.SERVER_ADDRESS,
+    catalog.SERVER_PORT,
+    catalog.GEN_AI_CONVERSATION_ID,
+)
+"""What the inference-details event repeats of the ``chat`` span's attributes when it begins
+(:meth:`ModelCall.record_usage` adds the response's)."""
+
+
 class ModelCall(SpanHandle):
     """A ``chat`` span; carries token usage to the metrics."""
 
@@ -99,16 +111,21 @@ class ModelCall(SpanHandle):
         self.input_tokens = _token_count(input_tokens)
         self.output_tokens = _token_count(output_tokens)
         self.finish_reasons = _finish_reasons(finish_reasons) or self.finish_reasons
-        response = {
-            catalog.GEN_AI_USAGE_INPUT_TOKENS: self.input_tokens,
-            catalog.GEN_AI_USAGE_OUTPUT_TOKENS: self.output_tokens,
-            catalog.GEN_AI_RESPONSE_MODEL: response_model,
-            catalog.GEN_AI_RESPONSE_ID: None if response_id is None else safe_str(response_id),
-            catalog.GEN_AI_RESPONSE_FINISH_REASONS: self.finish_reasons or None,
-        }
-        self.set_attributes(response)
+        if self.events is None and not self.span.is_recording():
+            return
+        response = to_attributes(
+            {
+                catalog.GEN_AI_USAGE_INPUT_TOKENS: self.input_tokens,
+                catalog.GEN_AI_USAGE_OUTPUT_TOKENS: self.output_tokens,
+                catalog.GEN_AI_RESPONSE_MODEL: response_model,
+                catalog.GEN_AI_RESPONSE_ID: None if response_id is None else safe_str(response_id),
+                catalog.GEN_AI_RESPONSE_FINISH_REASONS: self.finish_reasons or None,
+            },
+            self._policy,
+        )  # converted once, for the span and the content event
+        self.span.set_attributes(response)
         if self.events is not None:
-            self.event_attributes.update(to_attributes(response, self._policy))
+            self.event_attributes.update(response)
 
     def record_messages(self, input_messages: object = None, output_messages: object = None) -> None:
         """Record prompt and response messages, only when content capture is on.
@@ -502,35 +519,28 @@ class AgentTelemetry:
                 output_tokens=handle.output_tokens,
             )
 
+        call_attributes = {
+            catalog.GEN_AI_OPERATION_NAME: "chat",
+            catalog.GEN_AI_PROVIDER_NAME: provider,
+            catalog.GEN_AI_REQUEST_MODEL: model,
+            catalog.GEN_AI_AGENT_NAME: agent_name,
+            catalog.SERVER_ADDRESS: server_address,
+            catalog.SERVER_PORT: server_port,
+            catalog.GEN_AI_CONVERSATION_ID: conversation_id,
+            **_given_attributes("model_call", attributes),
+        }
         call = self._begin(
             ModelCall,
             f"chat {self._metrics.bounds.bound(catalog.GEN_AI_REQUEST_MODEL, model)}",
             SpanKind.CLIENT,
-            {
-                catalog.GEN_AI_OPERATION_NAME: "chat",
-                catalog.GEN_AI_PROVIDER_NAME: provider,
-                catalog.GEN_AI_REQUEST_MODEL: model,
-                catalog.GEN_AI_AGENT_NAME: agent_name,
-                catalog.SERVER_ADDRESS: server_address,
-                catalog.SERVER_PORT: server_port,
-                catalog.GEN_AI_CONVERSATION_ID: conversation_id,
-                **_given_attributes("model_call", attributes),
-            },
+            call_attributes,
             on_end,
         )
         call.model = model
         if self._events is not None:
             call.events = self._events
             call.event_attributes = to_attributes(
-                {
-                    catalog.GEN_AI_OPERATION_NAME: "chat",
-                    catalog.GEN_AI_PROVIDER_NAME: provider,
-                    catalog.GEN_AI_REQUEST_MODEL: model,
-                    catalog.SERVER_ADDRESS: server_address,
-                    catalog.SERVER_PORT: server_port,
-                    catalog.GEN_AI_CONVERSATION_ID: conversation_id,
-                },
-                self._spans.policy,
+                {key: call_attributes.get(key) for key in _INFERENCE_EVENT_KEYS}, self._spans.policy
             )
         return call
 
