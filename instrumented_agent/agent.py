@@ -261,8 +261,7 @@ class Agent:
                 finish_reasons=[completion.finish_reason],
                 response_id=completion.id or None,
             )
-            capture = self._otel.content_policy.capture
-            if capture.on_events or (capture.on_spans and call.span.is_recording()):
+            if call.records_messages:
                 call.record_messages(
                     [m.model_dump(exclude_none=True) for m in conversation],
                     [

@@ -127,6 +127,13 @@ class ModelCall(SpanHandle):
         if self.events is not None:
             self.event_attributes.update(response)
 
+    @property
+    def records_messages(self) -> bool:
+        """Whether :meth:`record_messages` records anything: content capture is on, and the span
+        is sampled or the content event is on (it is emitted whether the span is sampled or not).
+        Build the messages only when it does."""
+        return self.events is not None or (self._policy.capture_on_spans and self.span.is_recording())
+
     def record_messages(self, input_messages: object = None, output_messages: object = None) -> None:
         """Record prompt and response messages, only when content capture is on.
 
@@ -140,10 +147,8 @@ class ModelCall(SpanHandle):
         kept; text is one text part. Call :meth:`record_usage` first to give output messages the
         finish reasons it records.
         """
-        if not self._policy.capture.enabled or (input_messages is None and output_messages is None):
+        if (input_messages is None and output_messages is None) or not self.records_messages:
             return
-        if self.events is None and not (self._policy.capture_on_spans and self.span.is_recording()):
-            return  # nowhere to record them (the event is emitted whether the span is sampled or not)
         try:
             if input_messages is not None:
                 input_messages = genai_messages.input_messages(input_messages)
@@ -761,6 +766,11 @@ class _NoopModelCall(NoopSpanHandle, ModelCall):
         response_id: str | None = None,
     ) -> None:
         """Do nothing (this handle is shared: it keeps no state)."""
+
+    @property
+    def records_messages(self) -> bool:
+        """``False``: nothing is recorded."""
+        return False
 
     def record_messages(self, input_messages: object = None, output_messages: object = None) -> None:
         """Do nothing."""
