@@ -56,11 +56,13 @@ def remember(cache: dict[_Key, _Value], key: _Key, value: _Value) -> _Value:
     return value
 
 
-def cap_text(text: str, limit: int) -> str:
-    """Cut ``text`` to ``limit`` characters, saying how much was cut where the limit leaves room."""
+def cap_text(text: str, limit: int, marker: str | None = None) -> str:
+    """Cut ``text`` to ``limit`` characters, ending in ``marker`` (by default, how much was cut)
+    where the limit leaves room."""
     if len(text) <= limit:
         return text
-    marker = f"...[truncated {len(text) - limit} chars]"
+    if marker is None:
+        marker = f"...[truncated {len(text) - limit} chars]"
     if len(marker) >= limit:
         return text[:limit]
     return text[: limit - len(marker)] + marker
@@ -92,25 +94,27 @@ class ContentPolicy:
         """Content may be set on spans."""
         return self.capture.on_spans
 
-    def clean_text(self, text: str, limit: int | None = None) -> str:
+    def clean_text(self, text: str, limit: int | None = None, marker: str | None = None) -> str:
         """Redact secrets, then cap the size to ``limit`` (default :attr:`max_text_length`); only
-        the part that can be kept is scanned."""
+        the part that can be kept is scanned. A cut text ends in ``marker`` (by default, how much
+        was cut)."""
         if limit is None:
             limit = self.max_text_length
         if len(text) <= CACHED_TEXT_LENGTH:
             redacted = self._redacted.get(text)
             if redacted is None:
                 redacted = remember(self._redacted, text, self.redactor(text))
-            return redacted if len(redacted) <= limit else cap_text(redacted, limit)
-        return self._clean_text(text, limit)
+            return redacted if len(redacted) <= limit else cap_text(redacted, limit, marker)
+        return self._clean_text(text, limit, marker)
 
-    def _clean_text(self, text: str, limit: int) -> str:
+    def _clean_text(self, text: str, limit: int, marker: str | None) -> str:
         scanned = limit + REDACTION_MARGIN
         if len(text) <= scanned:
-            return cap_text(self.redactor(text), limit)
+            return cap_text(self.redactor(text), limit, marker)
         # A 10 MB exception message or log body would otherwise be scanned whole, on the
         # request's thread, for about a second per megabyte.
-        marker = f"...[truncated {len(text) - limit} chars]"
+        if marker is None:
+            marker = f"...[truncated {len(text) - limit} chars]"
         return self.redactor(text[:scanned])[: max(0, limit - len(marker))] + marker
 
     def bound_size(self, text: str, limit: int | None = None) -> str:
@@ -286,7 +290,10 @@ def _stack_without_messages(exc: BaseException, seen: set[int] | None = None) ->
 
 def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
     """Make any value exportable: primitives pass, containers become JSON, the rest ``str``; a
-    value over the cap is cleaned as it is cut (a secret the cut goes through is masked whole)."""
+    value over the cap is cleaned as it is cut (a secret the cut goes through is masked whole).
+
+    A container is walked only as far as its JSON text can be kept (:class:`_BoundedWalk`): a
+    long conversation history costs what the cap keeps, not its whole size."""
     if isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, str):
@@ -302,18 +309,9 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
                 for item in value
             )
     try:
-        text = json.dumps(value, default=safe_str, ensure_ascii=False)
+        return _BoundedWalk(policy).json_text(value, 0)
     except Exception:  # any value must become an attribute: never raise into the caller
-        text = safe_str(value)
-    return policy.bound_size(text, policy.max_value_length)
-
-
-_MAX_LOG_VALUE_NODES = 10_000
-"""Values and containers one structured log value keeps; the rest is a marker (a list that holds
-the same list many times would otherwise grow without bound)."""
-
-_MAX_FLATTENED_DEPTH = 64
-"""How deep a structure turned into JSON text is followed (then a marker)."""
+        return policy.bound_size(safe_str(value), policy.max_value_length)
 
 
 def to_log_value(value: object, policy: ContentPolicy) -> AnyValue:
@@ -322,44 +320,97 @@ def to_log_value(value: object, policy: ContentPolicy) -> AnyValue:
     other objects become text. A structure deeper or longer than the cleaning layer walks becomes
     capped JSON text. At most 10,000 values are kept (the rest is ``"..."``), a structure within
     itself is ``"<cycle>"``. Secrets are masked on export, as in any log record."""
-    on_path: set[int] = set()
-    budget = [_MAX_LOG_VALUE_NODES]
-    limit = policy.max_value_length
+    return _BoundedWalk(policy).convert(value, 0, None)
 
-    def convert(item: object, depth: int, room: list[int] | None) -> AnyValue:
-        """``room``: for a structure becoming text, the characters it may still take."""
-        budget[0] -= 1
-        if budget[0] < 0 or (room is not None and (room[0] <= 0 or depth >= _MAX_FLATTENED_DEPTH)):
-            return "..."
+
+_MAX_WALKED_VALUES = 10_000
+"""Values and containers one walk keeps; the rest is a marker (a list that holds the same list
+many times would otherwise grow without bound)."""
+
+_MAX_FLATTENED_DEPTH = 64
+"""How deep a structure turned into JSON text is followed (then a marker)."""
+
+_MORE = "..."
+"""What stands for the values a walk did not keep."""
+
+_CUT_SHORT = "...[truncated]"
+"""The end of JSON text whose walk stopped early: how much was left is not known."""
+
+
+class _BoundedWalk:
+    """One walk over a value that stops where its result stops being kept: after
+    :data:`_MAX_WALKED_VALUES` values and, for a structure becoming JSON text, once the text
+    would pass the cap."""
+
+    __slots__ = ("_budget", "_cut", "_limit", "_on_path", "_policy")
+
+    def __init__(self, policy: ContentPolicy) -> None:
+        self._policy = policy
+        self._limit = policy.max_value_length
+        self._budget = _MAX_WALKED_VALUES
+        self._on_path: set[int] = set()
+        self._cut = False
+
+    def json_text(self, item: object, depth: int) -> str:
+        """``item`` as JSON text no longer than the cap (only what the cap keeps is walked)."""
+        cut_elsewhere, self._cut = self._cut, False
+        flattened = self.convert(item, depth, [self._limit + REDACTION_MARGIN])
+        cut, self._cut = self._cut, self._cut or cut_elsewhere
+        text = json.dumps(flattened, default=safe_str, ensure_ascii=False)
+        if len(text) <= self._limit:
+            return text
+        return self._policy.clean_text(text, self._limit, _CUT_SHORT if cut else None)
+
+    def convert(self, item: object, depth: int, room: list[int] | None) -> AnyValue:
+        """``item`` bounded; ``room``: for a structure becoming text, the characters it may still take."""
+        self._budget -= 1
+        if self._spent(room) or (room is not None and depth >= _MAX_FLATTENED_DEPTH):
+            self._cut = True
+            return _MORE
         if item is None or isinstance(item, bool | float):
             return item
         if isinstance(item, int):
             return item if -(2**63) <= item < 2**63 else str(item)
         if isinstance(item, bytes):
-            return item[:limit]
+            return item[: self._limit]
         if not isinstance(item, Mapping | list | tuple):
             text = item if isinstance(item, str) else safe_str(item)
-            text = policy.bound_size(text, limit if room is None else min(limit, room[0]))
-            if room is not None:
-                room[0] -= len(text)
+            if room is None:
+                return self._policy.bound_size(text, self._limit)
+            cap = min(self._limit, room[0])
+            if len(text) > cap:
+                self._cut = True
+                text = self._policy.bound_size(text, cap)
+            room[0] -= len(text)
             return text
-        if id(item) in on_path:
+        if id(item) in self._on_path:
             return "<cycle>"
         if room is None and (depth >= _MAX_STRUCTURE_DEPTH or len(item) > _MAX_STRUCTURE_ITEMS):
-            # what the cleaning layer would not walk: as JSON text, no longer than the cap
-            flattened = convert(item, depth, [limit + REDACTION_MARGIN])
-            return policy.bound_size(json.dumps(flattened, default=safe_str, ensure_ascii=False), limit)
-        on_path.add(id(item))
+            return self.json_text(item, depth)  # what the cleaning layer would not walk
+        self._on_path.add(id(item))
         try:
             if isinstance(item, Mapping):
-                return {
-                    safe_str(key)[:limit]: convert(member, depth + 1, room) for key, member in item.items()
-                }
-            return [convert(member, depth + 1, room) for member in item]
+                mapping: dict[str, AnyValue] = {}
+                for key, member in item.items():
+                    if self._spent(room):
+                        self._cut = True
+                        mapping[_MORE] = _MORE
+                        break
+                    mapping[safe_str(key)[: self._limit]] = self.convert(member, depth + 1, room)
+                return mapping
+            members: list[AnyValue] = []
+            for member in item:
+                if self._spent(room):
+                    self._cut = True
+                    members.append(_MORE)
+                    break
+                members.append(self.convert(member, depth + 1, room))
+            return members
         finally:
-            on_path.discard(id(item))
+            self._on_path.discard(id(item))
 
-    return convert(value, 0, None)
+    def _spent(self, room: list[int] | None) -> bool:
+        return self._budget < 0 or (room is not None and room[0] <= 0)
 
 
 def safe_str(value: object) -> str:

@@ -10,7 +10,6 @@ the call proceeds untraced; a failure of mem0 ends the span as an error and is r
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -221,7 +220,7 @@ class Mem0Tracing:
         except Exception as exc:
             internal_error("starting a Mem0 span", exc)
             return None
-        self._set_content(handle, catalog.GEN_AI_MEMORY_QUERY_TEXT, bound.get("query"))
+        handle.set_content(catalog.GEN_AI_MEMORY_QUERY_TEXT, bound.get("query"))
         return handle, bound
 
     def _finish(self, handle: MemoryOperation, method: Method, bound: Bound, result: object) -> None:
@@ -235,19 +234,8 @@ class Mem0Tracing:
             handle.set_record_count(len(records))
             if method.name == "add" and len(records) == 1 and isinstance(records[0], Mapping):
                 handle.set_attribute(catalog.GEN_AI_MEMORY_RECORD_ID, _entity_id(records[0].get("id")))
+            if self._telemetry.content_policy.capture_on_spans:  # as JSON text, capped as it is walked
+                converted = [record for record in map(_memory_record, records) if record is not None]
+                handle.set_content(catalog.GEN_AI_MEMORY_RECORDS, converted or None)
         except Exception as exc:
             internal_error("recording a Mem0 result", exc)
-            return
-        converted = [record for record in map(_memory_record, records) if record is not None]
-        self._set_content(handle, catalog.GEN_AI_MEMORY_RECORDS, converted or None)
-
-    def _set_content(self, handle: MemoryOperation, key: str, value: object) -> None:
-        """Set content as JSON text, secrets redacted, only when content capture is on."""
-        policy = self._telemetry.content_policy
-        if value is None or not policy.capture_on_spans or not handle.span.is_recording():
-            return
-        try:
-            text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-            handle.set_content(key, policy.clean_text(text, policy.max_value_length))
-        except Exception as exc:
-            internal_error("recording Mem0 content", exc)
