@@ -78,7 +78,8 @@ __all__ = ["CONVERSATION_ID_HEADER", "TRACE_ID_HEADER", "create_agent_app"]
 
 CONVERSATION_ID_HEADER = "x-kaos-conversation-id"
 TRACE_ID_HEADER = "x-kaos-trace-id"
-"""Response header naming the trace the request was recorded in."""
+"""Response header naming the trace the request was recorded in; absent when the sampler did not
+record it (a trace a gateway drops later is still named)."""
 
 _log = logging.getLogger(__name__)
 _StreamItem = str | RunResult | BaseException
@@ -98,7 +99,9 @@ def _error_response(exc: BaseException) -> JSONResponse:
 
 def _trace_headers() -> dict[str, str]:
     span_context = trace.get_current_span().get_span_context()
-    return {TRACE_ID_HEADER: trace.format_trace_id(span_context.trace_id)} if span_context.is_valid else {}
+    if not (span_context.is_valid and span_context.trace_flags.sampled):
+        return {}
+    return {TRACE_ID_HEADER: trace.format_trace_id(span_context.trace_id)}
 
 
 async def _autonomous_loop(agent: Agent, goal: str, interval_s: float) -> None:

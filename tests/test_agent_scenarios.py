@@ -16,11 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from starlette.types import Message
 
 from instrumented_agent.config import USER_ID_HEADER
 from instrumented_agent.demo import SCENARIOS, request_counts
-from instrumented_agent.server import TRACE_ID_HEADER, _unless_disconnected
+from instrumented_agent.server import TRACE_ID_HEADER, _trace_headers, _unless_disconnected
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import System, agent_spec, otlp_env, start_system
 from kaos_otel import catalog
@@ -354,3 +356,14 @@ async def test_a_disconnect_cancels_the_work_and_nothing_else_is_lost() -> None:
         await request
     await asyncio.wait({work})
     assert work.cancelled()
+
+
+def test_the_trace_header_names_only_a_trace_the_sampler_recorded() -> None:
+    trace_id, span_id = 0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7
+    for flags, expected in (
+        (TraceFlags.SAMPLED, {TRACE_ID_HEADER: "4bf92f3577b34da6a3ce929d0e0e4736"}),
+        (TraceFlags.DEFAULT, {}),
+    ):
+        context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(flags))
+        with trace.use_span(NonRecordingSpan(context)):
+            assert _trace_headers() == expected
