@@ -4,7 +4,8 @@
 Messages in the OpenAI Chat Completions shape (``content`` as text or content parts,
 ``tool_calls``, ``tool_call_id``, ``refusal``, the legacy ``function_call``), the shape most agent
 code holds, are converted, as dicts or as the ``openai`` SDK's objects (anything with
-``model_dump()``); for the output, choices and a whole completion (its ``choices``) too. A message
+``model_dump()``); for the output, choices, a whole completion (its ``choices``) and the chunks of
+a streamed one (each choice's deltas joined) too. A message
 that already has ``parts`` is kept as it is, and plain text becomes one text part. Anything else
 (a mapping that is no message, a list holding one) is kept as given.
 """
@@ -48,7 +49,10 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
     """
     if isinstance(value, str):
         value = [{"role": "assistant", "content": value}]
-    given, value = value, _dumped(value)
+    given = value
+    if isinstance(value, list | tuple) and value and all(map(_is_chunk, value)):
+        value = _joined_chunks(value)
+    value = _dumped(value)
     if isinstance(value, Mapping) and isinstance(value.get("choices"), list | tuple):
         value = value["choices"]  # a whole completion
     messages = _message_list(value, choices=True)
@@ -75,6 +79,63 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
             message["finish_reason"] = _FINISH_REASONS.get(str(reason), str(reason))
         converted.append(message)
     return converted
+
+
+def _field(item: object, name: str) -> Any:
+    """A field of a mapping or of an object (the ``openai`` SDK's chunks are read without being
+    dumped: a long answer streams in a thousand of them)."""
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+def _is_chunk(item: object) -> bool:
+    """A chunk of a streamed Chat Completion (``chat.completion.chunk``)."""
+    return bool(_field(item, "object") == "chat.completion.chunk")
+
+
+def _joined_chunks(chunks: Sequence[object]) -> list[dict[str, Any]]:
+    """The choices a streamed completion's chunks add up to: each choice's ``delta``s joined (text
+    appended, tool calls gathered by their index, arguments appended) and its last finish reason."""
+    joined: dict[int, dict[str, Any]] = {}
+    for chunk in chunks:
+        for choice in _field(chunk, "choices") or ():
+            index = _field(choice, "index")
+            entry = joined.setdefault(index if type(index) is int else 0, {"message": {}, "calls": {}})
+            if _field(choice, "finish_reason") is not None:
+                entry["finish_reason"] = _field(choice, "finish_reason")
+            delta = _field(choice, "delta")
+            if delta is None:
+                continue
+            message = entry["message"]
+            if isinstance(_field(delta, "role"), str):
+                message.setdefault("role", _field(delta, "role"))
+            for key in ("content", "refusal"):
+                if isinstance(_field(delta, key), str):
+                    message[key] = message.get(key, "") + _field(delta, key)
+            for call_delta in _field(delta, "tool_calls") or ():
+                call = entry["calls"].setdefault(_field(call_delta, "index"), {"function": {}})
+                if _field(call_delta, "id") is not None:
+                    call.setdefault("id", _field(call_delta, "id"))
+                _join_function(call["function"], _field(call_delta, "function"))
+            if _field(delta, "function_call") is not None:  # the legacy single call
+                _join_function(message.setdefault("function_call", {}), _field(delta, "function_call"))
+    choices = []
+    for index, entry in sorted(joined.items()):
+        message = entry["message"]
+        if entry["calls"]:
+            message["tool_calls"] = list(entry["calls"].values())
+        choice = {"index": index, "message": message}
+        if "finish_reason" in entry:
+            choice["finish_reason"] = entry["finish_reason"]
+        choices.append(choice)
+    return choices
+
+
+def _join_function(function: dict[str, Any], delta: object) -> None:
+    """Add a called function's delta: its name once, its arguments appended."""
+    if isinstance(_field(delta, "name"), str):
+        function.setdefault("name", _field(delta, "name"))
+    if isinstance(_field(delta, "arguments"), str):
+        function["arguments"] = function.get("arguments", "") + _field(delta, "arguments")
 
 
 _Found = tuple[Mapping[str, Any], Mapping[str, Any] | None]

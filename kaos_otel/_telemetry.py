@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar, overload
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry._logs import Logger, LoggerProvider, LogRecord, get_logger_provider
 from opentelemetry.context import Context
@@ -52,6 +53,30 @@ def _given_attributes(where: str, attributes: object) -> Mapping[str, object]:
         return attributes
     internal_error(f"{where} attributes", TypeError(f"not attributes: {_described(attributes)}"))
     return {}
+
+
+_DELEGATION_KEY = otel_context.create_key("kaos-otel-delegation")
+"""Context key: the span of the delegation whose block the context is in (see :class:`_Delegation`)."""
+
+
+class _Delegation(SpanHandle):
+    """A delegation's span: its context says so, so that an agent run started directly inside it
+    (an in-process sub-agent) counts as delegated, not as a user's request."""
+
+    __slots__ = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._context = otel_context.set_value(_DELEGATION_KEY, self.span, self._context)
+
+
+def _origin_of_current_context() -> RequestOrigin:
+    """``delegated`` for a run started directly inside a delegation's block, else ``user``."""
+    current = otel_context.get_current()
+    delegation = otel_context.get_value(_DELEGATION_KEY, current)
+    if delegation is not None and delegation is trace.get_current_span(current):
+        return RequestOrigin.DELEGATED
+    return RequestOrigin.USER
 
 
 class AgentRun(SpanHandle):
@@ -107,9 +132,24 @@ class ModelCall(SpanHandle):
         """Record token usage and response details (a token count that is not an int from 0 to
         2**63 - 1 is left out: OTLP carries 64-bit integers). Request parameters the conventions
         name (``gen_ai.request.temperature``, ``gen_ai.request.max_tokens``...) go in
-        ``model_call(attributes=...)``."""
-        self.input_tokens = _token_count(input_tokens)
-        self.output_tokens = _token_count(output_tokens)
+        ``model_call(attributes=...)``.
+
+        Called again (a stream's finish and usage chunks), it adds what it is given: what is not
+        given keeps its value. It must be called before the call ends, whose span and metrics are
+        then complete: later, it records nothing and says so once.
+        """
+        if self.is_ended:
+            log_once(
+                "record_usage after end",
+                "kaos-otel: record_usage on a model call that has ended records nothing; call it "
+                "before the model_call block ends (for a stream: consume it inside the block)",
+                level=logging.WARNING,
+            )
+            return
+        if input_tokens is not None:
+            self.input_tokens = _token_count(input_tokens)
+        if output_tokens is not None:
+            self.output_tokens = _token_count(output_tokens)
         self.finish_reasons = _finish_reasons(finish_reasons) or self.finish_reasons
         if self.events is None and not self.span.is_recording():
             return
@@ -142,8 +182,9 @@ class ModelCall(SpanHandle):
         ``gen_ai.client.inference.operation.details`` event (a log record in the span's context).
 
         Messages are recorded in the conventions' shape (``role`` and ``parts``, output messages
-        with a ``finish_reason``). OpenAI Chat Completions messages and choices are converted
-        (text and content parts, tool calls, tool results); messages that have ``parts`` are
+        with a ``finish_reason``). OpenAI Chat Completions messages, choices, whole completions
+        and a stream's chunks (``chat.completion.chunk``, deltas joined) are converted (text and
+        content parts, tool calls, tool results); messages that have ``parts`` are
         kept; text is one text part. Call :meth:`record_usage` first to give output messages the
         finish reasons it records.
         """
@@ -427,7 +468,7 @@ class AgentTelemetry:
         session_id: str | None = None,
         user_id: str | None = None,
         max_steps: int | None = None,
-        origin: RequestOrigin | str = RequestOrigin.USER,
+        origin: RequestOrigin | str | None = None,
         provider: str | None = None,
         attributes: Mapping[str, object] | None = None,
     ) -> AgentRun:
@@ -439,11 +480,16 @@ class AgentTelemetry:
         The span name carries the agent's name as metric labels do (bounded: see
         :meth:`register_known_names`); ``gen_ai.agent.name`` keeps it as given. ``origin`` says who
         asked for the run (a user, another agent, the agent itself), so that dashboards count each
-        user request once.
+        user request once. Not given, it is ``delegated`` for a run started directly inside a
+        :meth:`delegation` block (a sub-agent in the same process), else ``user``; a sub-agent
+        serving another process's delegation says ``delegated`` itself.
         """
         if not self._enabled:
             return NOOP_AGENT_RUN
-        origin = enum_member(RequestOrigin, origin, RequestOrigin.USER, "invoke_agent origin")
+        if origin is None:
+            origin = _origin_of_current_context()
+        else:
+            origin = enum_member(RequestOrigin, origin, RequestOrigin.USER, "invoke_agent origin")
         run = self._begin(
             AgentRun,
             f"invoke_agent {self._metrics.bounds.bound(catalog.GEN_AI_AGENT_NAME, agent_name)}",
@@ -596,7 +642,10 @@ class AgentTelemetry:
     def delegation(
         self, agent_name: str, target: str, *, attributes: Mapping[str, object] | None = None
     ) -> SpanHandle:
-        """A delegation to a remote sub-agent (``invoke_agent {target}``, CLIENT); names as in tool_call."""
+        """A delegation to a sub-agent (``invoke_agent {target}``, CLIENT); names as in tool_call.
+
+        The sub-agent may run in another process (its server continues the trace) or in this one:
+        an :meth:`invoke_agent` started directly inside the block counts as ``delegated``."""
         if not self._enabled:
             return NOOP_HANDLE
 
@@ -605,7 +654,7 @@ class AgentTelemetry:
 
         name = self._metrics.bounds.bound(catalog.KAOS_DELEGATION_TARGET, target)
         handle = self._begin(
-            SpanHandle,
+            _Delegation,
             f"invoke_agent {name}",
             SpanKind.CLIENT,
             {

@@ -347,3 +347,69 @@ def test_memory_operation_span(make_otel: MakeOtel, otlp_receiver: OtlpReceiver)
     assert search.attributes[catalog.KAOS_MEMORY_SCOPE] == "user"
     assert search.attributes[catalog.KAOS_MEMORY_PROVIDER] == "mem0"
     assert search.attributes[catalog.KAOS_OUTCOME] == "success"
+
+
+def test_a_run_started_inside_a_delegation_counts_as_delegated(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """An in-process sub-agent: one user request, one delegated, in spans and in ``kaos.requests``."""
+    otel = make_otel()
+    with otel.invoke_agent("coordinator") as run, otel.agent_step(run):
+        with (
+            otel.delegation("coordinator", "researcher"),
+            otel.invoke_agent("researcher"),
+            otel.invoke_agent("helper"),  # inside the researcher's run, not the delegation
+        ):
+            pass
+        with otel.delegation("coordinator", "analyst"), otel.invoke_agent("analyst", origin="user"):
+            pass  # said explicitly: kept
+    spans = collect(otel, otlp_receiver, 7)
+    origins = {
+        span.attributes[catalog.GEN_AI_AGENT_NAME]: span.attributes[catalog.KAOS_REQUEST_ORIGIN]
+        for span in spans
+        if span.kind == "INTERNAL" and span.name.startswith("invoke_agent")
+    }
+    assert origins == {"coordinator": "user", "researcher": "delegated", "helper": "user", "analyst": "user"}
+    assert otlp_receiver.wait_for(
+        lambda r: any(p.name == catalog.KAOS_REQUESTS for p in r.metric_points()), 10
+    )
+    counted = {
+        (p.attributes[catalog.GEN_AI_AGENT_NAME], p.attributes[catalog.KAOS_REQUEST_ORIGIN])
+        for p in otlp_receiver.metric_points()
+        if p.name == catalog.KAOS_REQUESTS
+    }
+    assert ("researcher", "delegated") in counted and ("researcher", "user") not in counted
+
+
+def test_usage_recorded_in_parts_adds_up_and_after_the_end_says_so(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stream's usage, then its finish reason (providers send them in either order): both kept,
+    tokens in the metrics; usage recorded after the block ended is not silently lost."""
+    otel = make_otel()
+    with otel.model_call("assistant", "gpt-4o-mini") as streamed:
+        streamed.record_usage(42, 5)
+        streamed.record_usage(finish_reasons=["stop"])
+    with caplog.at_level(logging.WARNING, "kaos_otel"):
+        with otel.model_call("assistant", "late-model") as late:
+            pass
+        late.record_usage(7, 1)
+    assert "record_usage on a model call that has ended" in caplog.text
+    spans = collect(otel, otlp_receiver, 2)
+    (chat,) = named(spans, "chat gpt-4o-mini")
+    assert chat.attributes[catalog.GEN_AI_USAGE_INPUT_TOKENS] == 42
+    assert chat.attributes[catalog.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+    (late_chat,) = named(spans, "chat late-model")
+    assert catalog.GEN_AI_USAGE_INPUT_TOKENS not in late_chat.attributes
+
+    def input_tokens(model: str) -> list[float | None]:
+        return [
+            p.sum
+            for p in otlp_receiver.metric_points()
+            if p.name == catalog.GEN_AI_CLIENT_TOKEN_USAGE
+            and p.attributes[catalog.GEN_AI_REQUEST_MODEL] == model
+            and p.attributes[catalog.GEN_AI_TOKEN_TYPE] == "input"
+        ]
+
+    assert otlp_receiver.wait_for(lambda r: input_tokens("gpt-4o-mini") != [], 10)
+    assert set(input_tokens("gpt-4o-mini")) == {42} and input_tokens("late-model") == []

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import agent_spec, otlp_env
@@ -364,3 +365,66 @@ def test_the_event_repeats_the_call_even_when_the_span_is_not_sampled(
         catalog.GEN_AI_USAGE_OUTPUT_TOKENS: 4,
         catalog.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",),
     }
+
+
+def _chunk(delta: dict[str, Any] | None, finish_reason: str | None = None, index: int = 0) -> dict[str, Any]:
+    choices = [] if delta is None else [{"index": index, "delta": delta, "finish_reason": finish_reason}]
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": choices,
+    }
+
+
+def test_a_streamed_completion_is_recorded_from_its_chunks() -> None:
+    """What a stream delivers (``stream=True``), as the ``openai`` SDK's ``ChatCompletionChunk``
+    objects or as their JSON: each choice's deltas joined into one output message."""
+    streamed = [
+        _chunk({"role": "assistant", "content": ""}),
+        _chunk({"role": "assistant", "content": "Other"}, index=1),
+        _chunk({"content": "The sum "}),
+        _chunk({"content": "is 5."}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "add", "arguments": ""},
+                    }
+                ]
+            }
+        ),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 2,'}}]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": ' "b": 3}'}}]}),
+        _chunk({}, finish_reason="tool_calls"),
+        _chunk({}, finish_reason="length", index=1),
+        {**_chunk(None), "usage": {"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16}},
+    ]
+    for chunks in (streamed, [ChatCompletionChunk.model_validate(chunk) for chunk in streamed]):
+        converted = _genai_messages.output_messages(chunks)
+        first, second = _valid(catalog.GEN_AI_OUTPUT_MESSAGES, json.dumps(converted))
+        assert first == {
+            "role": "assistant",
+            "parts": [
+                {"type": "text", "content": "The sum is 5."},
+                {"type": "tool_call", "id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}},
+            ],
+            "finish_reason": "tool_call",
+        }
+        assert second == {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "Other"}],
+            "finish_reason": "length",
+        }
+    legacy = [
+        _chunk({"role": "assistant", "function_call": {"name": "add", "arguments": '{"a"'}}),
+        _chunk({"function_call": {"arguments": ": 1}"}}),
+        _chunk({}, finish_reason="function_call"),
+    ]
+    (message,) = _valid(catalog.GEN_AI_OUTPUT_MESSAGES, json.dumps(_genai_messages.output_messages(legacy)))
+    assert message["parts"] == [{"type": "tool_call", "id": None, "name": "add", "arguments": {"a": 1}}]
+    assert message["finish_reason"] == "tool_call"

@@ -74,15 +74,33 @@ def test_every_block_of_the_guide_runs(otlp_receiver: OtlpReceiver, tmp_path: Pa
 
     spans = otlp_receiver.spans()
     services = {s.service_name for s in spans}
+
+    def by_name(name: str) -> set[str]:
+        return {s.span_id for s in spans if s.name == name}
+
     assert services >= {
         "support-agent",
         "researcher",
         "coordinator",
+        "planner",
         "indexer",
         "analyst",
         "assistant",
         "worker",
     }
+    # a streamed answer: the chat span inside the traced generator, the caller's spans outside it
+    (chat,) = [s for s in spans if s.name == "chat gpt-4o" and s.parent_span_id in by_name("stream_answer")]
+    sent = [s for s in spans if s.name == "send-to-client"]
+    assert len(sent) == 2 and chat.span_id not in {s.parent_span_id for s in sent}
+    assert chat.attributes[catalog.GEN_AI_USAGE_INPUT_TOKENS] == 42
+    assert chat.attributes[catalog.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+    # a sub-agent in the same process counts as delegated
+    origins = {
+        s.attributes[catalog.GEN_AI_AGENT_NAME]: s.attributes[catalog.KAOS_REQUEST_ORIGIN]
+        for s in spans
+        if s.service_name == "planner" and s.kind == "INTERNAL" and s.name.startswith("invoke_agent")
+    }
+    assert origins == {"planner": "user", "summarizer": "delegated"}
     # FastAPI: one server span for the request, flushed on SIGTERM
     assert [s.name for s in spans if s.service_name == "researcher" and s.kind == "SERVER"] == ["POST /ask"]
     # httpx: the delegation span is the parent the sub-agent was given
