@@ -77,6 +77,16 @@ def _break_cycles(
         pending.append(first)
 
 
+def _unusual_outcome(span: ReceivedSpan) -> str | None:
+    """How the operation ended when its status does not say it (``canceled``, ``degraded``,
+    ``max_steps``), with its ``error.type``: a span's status is only OK, ERROR or UNSET."""
+    outcome = span.attributes.get(catalog.KAOS_OUTCOME)
+    if not isinstance(outcome, str) or outcome in ("success", "error"):
+        return None
+    error_type = span.attributes.get(catalog.ERROR_TYPE)
+    return printable(f"{outcome} ({error_type})" if error_type and error_type != outcome else outcome)
+
+
 def _bar(start: int, end: int, trace_start: int, trace_end: int) -> str:
     """A ``|··███···|`` bar placing [start, end] within the trace's time span."""
     total = max(trace_end - trace_start, 1)
@@ -149,6 +159,10 @@ class _Renderer:
             painted[3] = self._paint(span.status_code, _RED + _BOLD)
         elif span.status_code == "OK":
             painted[3] = self._paint(span.status_code, _GREEN)
+        outcome = _unusual_outcome(span)
+        if outcome is not None:
+            plain.append(outcome)
+            painted.append(self._paint(outcome, _YELLOW))
         if orphan:
             plain.append("(parent missing)")
             painted.append(self._paint("(parent missing)", _YELLOW))

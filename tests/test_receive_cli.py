@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import pytest
 
-from kaos_otel import KaosOtelManager
+from kaos_otel import KaosOtelManager, catalog
 from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
 from kaos_otel._receive import TraceAssembler
 from kaos_otel._trace_tree import render_trace_trees
@@ -353,3 +353,20 @@ def test_control_characters_in_names_are_shown_escaped() -> None:
     assert "\x1b" not in shown and "\r" not in shown and "\x07" not in shown
     assert "clear\\x1b[2Jscreen\\x0aforged line" in shown
     assert "jobs\\x1b]0;title\\x07" in shown and "queue=a\\x0db" in shown
+
+
+@pytest.mark.fast
+def test_an_outcome_the_status_does_not_show_is_drawn_next_to_it() -> None:
+    """A span's status is OK, ERROR or UNSET: a canceled run or a degraded memory call says so."""
+    canceled = dataclasses.replace(
+        _span("t1", "a", None),
+        attributes={catalog.KAOS_OUTCOME: "canceled", catalog.ERROR_TYPE: "CancelledError"},
+    )
+    degraded = dataclasses.replace(
+        _span("t1", "b", "a", start=1), attributes={catalog.KAOS_OUTCOME: "degraded"}
+    )
+    fine = dataclasses.replace(_span("t1", "c", "a", start=2), attributes={catalog.KAOS_OUTCOME: "success"})
+    lines = render_trace_trees([canceled, degraded, fine]).splitlines()[1:]
+    assert lines[0].endswith("UNSET  canceled (CancelledError)")
+    assert lines[1].endswith("UNSET  degraded")
+    assert lines[2].endswith("UNSET")
