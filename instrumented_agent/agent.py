@@ -174,16 +174,19 @@ class Agent:
             _log.info("run started (%d messages, self-initiated=%s)", len(messages), identity.self_initiated)
             try:
                 async with asyncio.timeout(config.max_runtime_s):
-                    context = await self._recall(messages, identity, memory_scope)
+                    context, remembered = await self._recall(messages, identity, memory_scope)
                     result = await self._loop(run, [*context, *messages], identity, on_delta, conversation_id)
                     if result.outcome is Outcome.SUCCESS:
-                        await self._remember(messages, identity, result.content)
+                        remembered = await self._remember(messages, identity, result.content) and remembered
             except TimeoutError as exc:
                 _log.error("run stopped: runtime budget of %g s used up", config.max_runtime_s)
                 raise BudgetExceededError(f"runtime budget of {config.max_runtime_s:g} s used up") from exc
             if result.outcome is not Outcome.SUCCESS:
                 run.set_outcome(result.outcome)
                 _log.warning("run ended without a final answer: %s", result.content)
+            elif not remembered:
+                run.set_outcome(Outcome.DEGRADED, "memory_unavailable")
+                _log.warning("run answered without part of its memory")
             _log.info("run finished after %d steps", result.steps)
             if deliver is not None:
                 await deliver(result)
@@ -191,21 +194,23 @@ class Agent:
 
     async def _recall(
         self, messages: Sequence[ChatMessage], identity: Identity, scope: MemoryScope
-    ) -> list[ChatMessage]:
-        """What memory recalls for this run, as one system message (none without memory)."""
+    ) -> tuple[list[ChatMessage], bool]:
+        """What memory recalls for this run, as one system message (none without memory), and
+        whether every tier could be read."""
         if self.memory is None:
-            return []
+            return [], True
         owner = self.memory.owner(identity.user_id, identity.session_id)
         recalled = await self.memory.recall(owner, scope, _last_user_text(messages))
         text = recalled.as_context()
-        return [ChatMessage(role="system", content=text)] if text else []
+        return ([ChatMessage(role="system", content=text)] if text else []), not recalled.degraded
 
-    async def _remember(self, messages: Sequence[ChatMessage], identity: Identity, answer: str) -> None:
-        """Append the turn (last user message and the answer) to the session's window."""
+    async def _remember(self, messages: Sequence[ChatMessage], identity: Identity, answer: str) -> bool:
+        """Append the turn (last user message and the answer) to the session's window; whether
+        it was written."""
         if self.memory is None:
-            return
+            return True
         owner = self.memory.owner(identity.user_id, identity.session_id)
-        await self.memory.remember(
+        return await self.memory.remember(
             owner, [Turn("user", _last_user_text(messages)), Turn("assistant", answer)]
         )
 

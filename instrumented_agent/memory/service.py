@@ -59,6 +59,8 @@ class Recall:
     turns: tuple[Turn, ...] = ()
     summaries: tuple[Summary, ...] = ()
     facts: tuple[str, ...] = ()
+    degraded: bool = False
+    """A tier could not be read: the run goes on without it."""
 
     def within(self, budget: int) -> Recall:
         """This recall cut to ``budget`` estimated tokens: the summaries share at most half of it
@@ -86,7 +88,7 @@ class Recall:
                 summaries.pop()
             else:
                 facts.pop()
-        return Recall(tuple(turns), tuple(summaries), tuple(facts))
+        return Recall(tuple(turns), tuple(summaries), tuple(facts), self.degraded)
 
     def as_context(self) -> str | None:
         """The recalled memory as one system message (``None`` when nothing was recalled)."""
@@ -189,27 +191,30 @@ class MemoryService:
         check_read_scope(scope, self.max_read_scope, owner)
         store = self.relational
         with self._operation(MemoryTier.SHORT_TERM, "search_memory", scope, owner) as op:
-            turns: list[Turn] = await self._in_thread(
-                "window read", op, [], lambda: store.window(owner, scope, RECALL_TURNS)
+            turns: list[Turn] | None = await self._in_thread(
+                "window read", op, None, lambda: store.window(owner, scope, RECALL_TURNS)
             )
-            op.set_record_count(len(turns))
-            op.set_content(catalog.GEN_AI_MEMORY_RECORDS, _records(turns))
+            op.set_record_count(len(turns or ()))
+            op.set_content(catalog.GEN_AI_MEMORY_RECORDS, _records(turns or ()))
         with self._operation(MemoryTier.MEDIUM_TERM, "search_memory", scope, owner) as op:
-            summaries: list[Summary] = await self._in_thread(
-                "summary read", op, [], lambda: store.summaries(owner, scope, RECALL_SUMMARIES)
+            summaries: list[Summary] | None = await self._in_thread(
+                "summary read", op, None, lambda: store.summaries(owner, scope, RECALL_SUMMARIES)
             )
-            op.set_record_count(len(summaries))
-            op.set_content(catalog.GEN_AI_MEMORY_RECORDS, [s.content for s in summaries])
-        facts: list[str] = []
+            op.set_record_count(len(summaries or ()))
+            op.set_content(catalog.GEN_AI_MEMORY_RECORDS, [s.content for s in summaries or ()])
+        facts: list[str] | None = []
         if self.long_term is not None and query:
             long_term = self.long_term  # mem0 is traced by Mem0Instrumentor (its own span)
             facts = await self._in_long_term_thread(
-                "long-term search", [], lambda: long_term.search(owner, scope, query, RECALL_FACTS)
+                "long-term search", None, lambda: long_term.search(owner, scope, query, RECALL_FACTS)
             )
-        return Recall(tuple(turns), tuple(summaries), tuple(facts)).within(self.recall_tokens)
+        degraded = turns is None or summaries is None or facts is None  # a tier could not be read
+        recall = Recall(tuple(turns or ()), tuple(summaries or ()), tuple(facts or ()), degraded)
+        return recall.within(self.recall_tokens)
 
-    async def remember(self, owner: Owner, turns: Sequence[Turn]) -> None:
-        """Append ``turns`` to the session's window, compacting it when it exceeds its budget.
+    async def remember(self, owner: Owner, turns: Sequence[Turn]) -> bool:
+        """Append ``turns`` to the session's window, compacting it when it exceeds its budget;
+        ``False`` when the window could not be written (the turn is not remembered).
 
         A turn above :data:`~instrumented_agent.limits.MAX_STORED_TURN_CHARS` is stored cut.
         """
@@ -220,10 +225,11 @@ class MemoryService:
             op.set_record_count(len(turns) if window is not None else 0)
             op.set_content(catalog.GEN_AI_MEMORY_RECORDS, _records(turns))
         if window is None:
-            return
+            return False
         if window > self.window_tokens:
             window = await self._compact(owner, window)
         self._otel.record_window_tokens(self.agent, window)
+        return True
 
     async def forget(self, owner: Owner, scope: MemoryScope) -> Forgotten:
         """Delete everything ``scope`` holds in all three tiers, in one pass.
