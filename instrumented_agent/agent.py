@@ -30,6 +30,7 @@ from instrumented_agent.errors import (
     BudgetExceededError,
     DelegationError,
     DelegationTimeoutError,
+    ModelError,
     UnknownAgentError,
     UnknownToolError,
 )
@@ -256,9 +257,13 @@ class Agent:
             conversation_id=conversation_id,
         ) as call:
             with _logged("model call"):
-                completion = await self._model.complete(
-                    model, conversation, self.tool_definitions(), on_delta
-                )
+                try:
+                    completion = await self._model.complete(
+                        model, conversation, self.tool_definitions(), on_delta
+                    )
+                except ModelError as exc:  # error.type: the status or failure, not the class name
+                    call.set_outcome(Outcome.ERROR, exc.reason)
+                    raise
             call.record_usage(
                 completion.usage.prompt_tokens,
                 completion.usage.completion_tokens,

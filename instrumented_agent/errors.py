@@ -29,6 +29,13 @@ class ModelError(AgentError):
     status_code = 502
     error_type = "model_error"
 
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        """What failed, in a few values (the model call's ``error.type``): the HTTP status the
+        model answered (``"429"``, ``"500"``), the transport error (``"ReadTimeout"``),
+        ``"malformed_response"`` or ``"stream_error"``."""
+
 
 class UnknownToolError(AgentError):
     """The model asked for a tool the agent does not have."""

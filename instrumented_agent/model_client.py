@@ -71,9 +71,9 @@ class ModelClient:
                     _raise_for_status(response, self._api_key)
                 return await _read_stream(response, model, on_delta, self._api_key)
         except httpx.HTTPError as exc:
-            raise ModelError(f"model request failed: {type(exc).__name__}") from exc
+            raise ModelError(f"model request failed: {type(exc).__name__}", type(exc).__name__) from exc
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ModelError(f"malformed model response: {type(exc).__name__}") from exc
+            raise ModelError(f"malformed model response: {type(exc).__name__}", "malformed_response") from exc
 
 
 def _raise_for_status(response: httpx.Response, api_key: str | None) -> None:
@@ -83,7 +83,9 @@ def _raise_for_status(response: httpx.Response, api_key: str | None) -> None:
         message = str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
         message = response.reason_phrase
-    raise ModelError(f"model answered HTTP {response.status_code}: {_masked(message, api_key)}")
+    raise ModelError(
+        f"model answered HTTP {response.status_code}: {_masked(message, api_key)}", str(response.status_code)
+    )
 
 
 def _masked(message: str, api_key: str | None) -> str:
@@ -129,7 +131,7 @@ async def _read_stream(
         chunk = json.loads(data)
         if "error" in chunk:
             error_text = str(chunk["error"].get("message", "unknown error"))
-            raise ModelError(f"model stream failed: {_masked(error_text, api_key)}")
+            raise ModelError(f"model stream failed: {_masked(error_text, api_key)}", "stream_error")
         completion_id = str(chunk.get("id") or completion_id)
         response_model = str(chunk.get("model") or response_model)
         if chunk.get("usage"):

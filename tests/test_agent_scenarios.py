@@ -198,6 +198,7 @@ def test_model_error_is_a_502_and_an_error_chat_span(agents: Agents, module_rece
     assert response.json()["error"]["type"] == "model_error"
     (chat,) = _named(_trace(module_receiver, response, "analyst"), "chat scripted-model")
     assert chat.status_code == "ERROR"
+    assert chat.attributes[catalog.ERROR_TYPE] == "500"  # what the model answered, not "ModelError"
     assert [e.name for e in chat.events] == ["exception"]
 
 
