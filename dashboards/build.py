@@ -152,6 +152,7 @@ A = c.GEN_AI_AGENT_NAME
 O = c.KAOS_OUTCOME  # noqa: E741 (a name, not a number)
 MODEL = c.GEN_AI_REQUEST_MODEL
 TIER = c.KAOS_MEMORY_TIER
+TARGET = c.KAOS_DELEGATION_TARGET
 ERROR = ((O, ("error",)),)
 USER = ((c.KAOS_REQUEST_ORIGIN, (c.RequestOrigin.USER.value,)),)
 """User requests only: headline panels count each user request once, not every delegated run."""
@@ -268,12 +269,12 @@ SECTIONS: tuple[Section, ...] = (
             _panel(
                 "Delegations by target and outcome",
                 "Delegations to sub-agents per second, by target agent and outcome.",
-                Rate(c.KAOS_DELEGATIONS, (c.KAOS_DELEGATION_TARGET, O)),
+                Rate(c.KAOS_DELEGATIONS, (TARGET, O)),
             ),
             _panel(
                 "Delegation latency p50 / p95 by target",
                 "Delegation duration percentiles in seconds.",
-                Quantiles(c.KAOS_DELEGATION_DURATION, ("p50", "p95"), (c.KAOS_DELEGATION_TARGET,)),
+                Quantiles(c.KAOS_DELEGATION_DURATION, ("p50", "p95"), (TARGET,)),
             ),
         ),
     ),
@@ -417,6 +418,28 @@ ALERTS: tuple[Alert, ...] = (
         signoz_match="on_average",
     ),
     Alert(
+        name="KaosDelegationFailureRateHigh",
+        slug="delegation-failures",
+        severity="warning",
+        summary="Agent {agent} ({service}): more than 5 % of delegations to {target} fail",
+        description=(
+            "More than 5 % of one agent's delegations to one sub-agent (kaos.delegations) ended "
+            "with outcome=error: the sub-agent is down, too slow for the delegation timeout, or "
+            "failing. The delegating agent's own error alert fires too; this one names the "
+            "sub-agent."
+        ),
+        query=Percent(c.KAOS_DELEGATIONS, ERROR, (A, TARGET)),
+        threshold=5.0,
+        unit="percent",
+        promql=zero_filled_ratio(
+            f'sum by (job, {_p(A)}, {_p(TARGET)}) (rate({_prom(c.KAOS_DELEGATIONS)}{{{_p(O)}="error"}}[5m]))',
+            f"sum by (job, {_p(A)}, {_p(TARGET)}) (rate({_prom(c.KAOS_DELEGATIONS)}[5m]))",
+        ),
+        for_="10m",
+        signoz_eval_window="10m",
+        signoz_match="on_average",
+    ),
+    Alert(
         name="KaosMemoryLatencyP95High",
         slug="memory-latency-p95",
         severity="warning",
@@ -495,6 +518,7 @@ _TEMPLATE_KEYS = {
     "service": SERVICE,
     "agent": A,
     "model": MODEL,
+    "target": TARGET,
     "tier": TIER,
     "operation": c.KAOS_MEMORY_OPERATION,
     "signal": c.KAOS_TELEMETRY_SIGNAL,

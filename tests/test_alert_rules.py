@@ -26,6 +26,7 @@ EXPECTED_ALERTS = {
     "KaosRequestLatencyP95High",
     "KaosRequestErrorRateHigh",
     "KaosModelCallFailureRateHigh",
+    "KaosDelegationFailureRateHigh",
     "KaosMemoryLatencyP95High",
     "KaosMemoryFailureRateHigh",
     "KaosTelemetryDropped",
@@ -140,7 +141,12 @@ def test_promtool_unit_tests_catch_a_wrong_threshold(tmp_path: Path) -> None:
 
 
 GRAFANA = ROOT / "dashboards" / "grafana" / "kaos-agents.json"
-RATIO_ALERTS = {"KaosRequestErrorRateHigh", "KaosModelCallFailureRateHigh", "KaosMemoryFailureRateHigh"}
+RATIO_ALERTS = {
+    "KaosRequestErrorRateHigh",
+    "KaosModelCallFailureRateHigh",
+    "KaosDelegationFailureRateHigh",
+    "KaosMemoryFailureRateHigh",
+}
 
 
 def test_ratios_are_0_not_empty_when_nothing_failed(tmp_path: Path) -> None:
@@ -154,11 +160,13 @@ def test_ratios_are_0_not_empty_when_nothing_failed(tmp_path: Path) -> None:
     for rule in _rules():
         if rule["alert"] in RATIO_ALERTS:
             expressions[rule["alert"]] = re.sub(r"\)\s*>\s*[0-9.]+\s*$", ")", rule["expr"].strip())
-    assert len(expressions) == 7, sorted(expressions)
+    assert len(expressions) == 8, sorted(expressions)
     ok = '{job="kaos-agent", %s, kaos_outcome="success"}'
     series = [
         "kaos_requests_total" + ok % 'gen_ai_agent_name="coordinator", kaos_request_origin="user"',
         "kaos_model_calls_total" + ok % 'gen_ai_agent_name="coordinator", gen_ai_request_model="m"',
+        "kaos_delegations_total"
+        + ok % 'gen_ai_agent_name="coordinator", kaos_delegation_target="researcher"',
         "kaos_memory_operations_total"
         + ok % 'kaos_memory_tier="short_term", kaos_memory_operation="search_memory", kaos_memory_scope="a"',
     ]
