@@ -77,6 +77,11 @@ def _break_cycles(
         pending.append(first)
 
 
+_LATE_NS = 10_000_000
+"""How much later than its parent a span may end before it is marked (clocks of different hosts
+differ by a few milliseconds)."""
+
+
 def _unusual_outcome(span: ReceivedSpan) -> str | None:
     """How the operation ended when its status does not say it (``canceled``, ``degraded``,
     ``max_steps``), with its ``error.type``: a span's status is only OK, ERROR or UNSET."""
@@ -120,10 +125,13 @@ class _Renderer:
         start = min(s.start_time_unix_nano for s in spans)
         end = max(s.end_time_unix_nano for s in spans)
         count = f"{len(spans)} span" + ("" if len(spans) == 1 else "s")
+        root = min(roots, key=lambda s: s.start_time_unix_nano)
+        if len(roots) == 1 and end - root.end_time_unix_nano > _LATE_NS:  # work went on after the request
+            count += f"; its root {format_duration(root.duration_s)}"
         header = f"trace {trace_id} ({format_duration((end - start) / 1e9)}, {count}){label}"
         self.lines.append(self._paint(header, _BOLD))
         self._rows = []
-        self._level(roots, children, "")
+        self._level(roots, children, "", None)
         column = min(_MAX_LABEL, max((row[0] for row in self._rows if row[2]), default=0)) + 2
         for length, text, drawn in self._rows:
             if self._waterfall and drawn is not None:
@@ -135,17 +143,24 @@ class _Renderer:
     def _add(self, plain: str, text: str, span: ReceivedSpan | None) -> None:
         self._rows.append((len(plain), text, span))
 
-    def _level(self, spans: list[ReceivedSpan], children: dict[str, list[ReceivedSpan]], prefix: str) -> None:
+    def _level(
+        self,
+        spans: list[ReceivedSpan],
+        children: dict[str, list[ReceivedSpan]],
+        prefix: str,
+        parent: ReceivedSpan | None,
+    ) -> None:
         ordered = sorted(spans, key=lambda s: (s.start_time_unix_nano, s.span_id))
         for i, span in enumerate(ordered):
             last = i == len(ordered) - 1
             orphan = not prefix and span.parent_span_id is not None
-            self._span(span, prefix + ("└─ " if last else "├─ "), orphan)
+            late = parent is not None and span.end_time_unix_nano - parent.end_time_unix_nano > _LATE_NS
+            self._span(span, prefix + ("└─ " if last else "├─ "), orphan, late)
             inner = prefix + ("   " if last else "│  ")
             self._errors(span, inner)
-            self._level(children.get(span.span_id, []), children, inner)
+            self._level(children.get(span.span_id, []), children, inner, span)
 
-    def _span(self, span: ReceivedSpan, lead: str, orphan: bool) -> None:
+    def _span(self, span: ReceivedSpan, lead: str, orphan: bool, late: bool) -> None:
         tier = span.attributes.get(catalog.KAOS_MEMORY_TIER)
         plain = [
             printable(span.service_name or "?"),
@@ -166,6 +181,9 @@ class _Renderer:
         if orphan:
             plain.append("(parent missing)")
             painted.append(self._paint("(parent missing)", _YELLOW))
+        if late:
+            plain.append("(ended after its parent)")
+            painted.append(self._paint("(ended after its parent)", _YELLOW))
         self._add(lead + "  ".join(plain), lead + "  ".join(painted), span)
 
     def _errors(self, span: ReceivedSpan, indent: str) -> None:
@@ -195,9 +213,12 @@ def render_trace_trees(
 ) -> str:
     """Render spans as one tree per trace (traces and siblings ordered by start time).
 
-    Each line shows service, span name, duration and status; error spans are followed by their
+    Each line shows service, span name, duration and status, and an outcome the status cannot
+    show (``canceled``, ``degraded``...); error spans are followed by their
     ``exception.type: exception.message``. Spans whose parent was not received are shown as roots
-    marked ``(parent missing)``. Duplicate spans (same trace and span id) are shown once.
+    marked ``(parent missing)``; spans that went on after their parent ended (work a request left
+    behind) are marked ``(ended after its parent)``, and the header then gives the root's own
+    duration next to the trace's. Duplicate spans (same trace and span id) are shown once.
     ``waterfall`` draws each span's time within its trace as a bar; ``label`` follows each header.
     """
     by_trace: dict[str, dict[str, ReceivedSpan]] = defaultdict(dict)

@@ -370,3 +370,16 @@ def test_an_outcome_the_status_does_not_show_is_drawn_next_to_it() -> None:
     assert lines[0].endswith("UNSET  canceled (CancelledError)")
     assert lines[1].endswith("UNSET  degraded")
     assert lines[2].endswith("UNSET")
+
+
+@pytest.mark.fast
+def test_work_that_outlived_its_request_is_marked() -> None:
+    """A write left running after the request answered: the trace is longer than its root."""
+    ms = 1_000_000
+    root = _span("t1", "a", None, start=0, end=100 * ms)
+    on_time = _span("t1", "b", "a", start=10 * ms, end=95 * ms)
+    left_behind = _span("t1", "c", "a", start=50 * ms, end=3000 * ms)
+    header, *lines = render_trace_trees([root, on_time, left_behind]).splitlines()
+    assert header.endswith("(3.00 s, 3 spans; its root 0.10 s)"), header
+    assert lines[0].endswith("UNSET") and lines[1].endswith("UNSET")
+    assert lines[2].endswith("UNSET  (ended after its parent)")

@@ -339,8 +339,13 @@ class MemoryService:
 
     async def _in_long_term_thread(self, what: str, fallback: T, call: Callable[[], T]) -> T:
         """A Mem0 call on the long-term thread (traced by Mem0's instrumentation, subject to the
-        demo's faults inside Mem0): degraded to ``fallback`` on failure, as :meth:`_in_thread`."""
-        return await self._in_thread(what, None, fallback, call, self._long_term_thread)
+        demo's faults inside Mem0): degraded to ``fallback`` on failure, as :meth:`_in_thread`.
+
+        Mem0 calls take turns, so each runs in a span of its own (``long-term search``...) from
+        the moment it is queued: the wait behind earlier calls is the gap before Mem0's span,
+        and a request that gives up ends it ``canceled`` (a call already running goes on)."""
+        with self._otel.span(what):
+            return await self._in_thread(what, None, fallback, call, self._long_term_thread)
 
 
 def _returning_true(call: Callable[[], object]) -> Callable[[], bool]:
