@@ -210,7 +210,7 @@ def _message(message: Mapping[str, Any], default_role: str = "user") -> Mapping[
 
 
 def _content_parts(content: object) -> list[dict[str, Any]]:
-    if content is None:
+    if content is None or content == "":  # a reply that only calls tools may say "" (streams do)
         return []
     if not isinstance(content, list | tuple):
         return [_text(content if isinstance(content, str) else str(content))]

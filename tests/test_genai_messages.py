@@ -421,7 +421,7 @@ def test_a_streamed_completion_is_recorded_from_its_chunks() -> None:
             "finish_reason": "length",
         }
     legacy = [
-        _chunk({"role": "assistant", "function_call": {"name": "add", "arguments": '{"a"'}}),
+        _chunk({"role": "assistant", "content": "", "function_call": {"name": "add", "arguments": '{"a"'}}),
         _chunk({"function_call": {"arguments": ": 1}"}}),
         _chunk({}, finish_reason="function_call"),
     ]
