@@ -77,6 +77,14 @@ def _traces_show(args: argparse.Namespace) -> int:
     color = _color(args.color)
     show_all = bool(args.trace_id or args.all)
     shown = spans if show_all else [s for s in spans if s.trace_id not in startup]
+    if args.where or args.min_duration is not None:
+        kept = {
+            trace_id
+            for trace_id, members in by_trace.items()
+            if _matches(members, args.where) and _root_duration_s(members) >= (args.min_duration or 0.0)
+        }
+        shown = [s for s in shown if s.trace_id in kept]
+        print(f"{len({s.trace_id for s in shown})} of {len(by_trace)} traces match")
     sys.stdout.write(render_trace_trees(shown, color=color, waterfall=args.waterfall))
     hidden = 0 if show_all else len(startup)
     if hidden:
@@ -84,6 +92,32 @@ def _traces_show(args: argparse.Namespace) -> int:
     if not args.trace_id:
         sys.stdout.write("\n" + render_metrics_summary(telemetry.metric_points))
     return 0
+
+
+def _condition(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of ``--where``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    return key, value
+
+
+def _matches(spans: list[Any], conditions: list[tuple[str, str]]) -> bool:
+    """Whether each condition holds on some span of the trace (its attributes, then its resource's)."""
+
+    def shown(value: object) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return all(
+        any(shown(span.attributes.get(key, span.resource.get(key))) == value for span in spans)
+        for key, value in conditions
+    )
+
+
+def _root_duration_s(spans: list[Any]) -> float:
+    """How long the trace's request took: its longest root span (a span whose parent is not in it)."""
+    ids = {span.span_id for span in spans}
+    return max((s.duration_s for s in spans if s.parent_span_id not in ids), default=0.0)
 
 
 def _export(folder: str, directory: Path) -> int:
@@ -248,6 +282,21 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--trace-id", help="only this trace (full id or hex prefix)")
     show.add_argument("--all", action="store_true", help="include MCP session start-up traces")
     show.add_argument("--waterfall", action="store_true", help="draw span durations as a waterfall")
+    show.add_argument(
+        "--where",
+        type=_condition,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only traces with a span whose attribute (or resource attribute) KEY is VALUE, e.g. "
+        "kaos.outcome=error, session.id=..., service.name=researcher (repeat: all must hold)",
+    )
+    show.add_argument(
+        "--min-duration",
+        type=float,
+        metavar="SECONDS",
+        help="only traces whose request (root span) took at least this long",
+    )
     show.add_argument(
         "--color",
         action=argparse.BooleanOptionalAction,

@@ -8,6 +8,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.metrics import MeterProvider
@@ -157,3 +158,39 @@ def test_kaos_agent_on_the_core_install_names_the_agent_extra(tmp_path: Path) ->
         "kaos-agent: error: httpx is not installed; the reference system needs the agent extra: "
         "pip install 'kaos-otel[agent]'\n"
     )
+
+
+def test_traces_show_keeps_the_traces_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On call: the failed request of one user, the slow ones; a condition holds on any span."""
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider(resource=Resource.create({"service.name": "coordinator"}))
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = tracer_provider.get_tracer("test")
+    second = 1_000_000_000
+    for user, outcome, seconds in (("alice", "success", 1), ("bob", "error", 2), ("carol", "success", 40)):
+        root = tracer.start_span(
+            f"invoke_agent for {user}", attributes={catalog.USER_ID: user}, start_time=second
+        )
+        with trace.use_span(root, end_on_exit=False):
+            step = tracer.start_span(
+                "agent_step", attributes={catalog.KAOS_OUTCOME: outcome}, start_time=second
+            )
+            step.end(end_time=2 * second)
+        root.end(end_time=(1 + seconds) * second)
+    telemetry = tmp_path / "telemetry.jsonl"
+    telemetry.write_text(to_otlp_json(encode_spans(spans.get_finished_spans())) + "\n")
+
+    def shown(*words: str) -> str:
+        assert kaos_otel_main(["traces", "show", str(telemetry), "--no-color", *words]) == 0
+        return capsys.readouterr().out
+
+    failed = shown("--where", "kaos.outcome=error")
+    assert "1 of 3 traces match" in failed and "for bob" in failed and "for alice" not in failed
+    assert "for bob" in shown("--where", "kaos.outcome=error", "--where", "user.id=bob")
+    assert "0 of 3 traces match" in shown("--where", "kaos.outcome=error", "--where", "user.id=alice")
+    assert "for carol" in shown("--where", "service.name=coordinator", "--min-duration", "30")
+    slow = shown("--min-duration", "30")
+    assert "1 of 3 traces match" in slow and "for bob" not in slow
+    with pytest.raises(SystemExit):
+        kaos_otel_main(["traces", "show", str(telemetry), "--where", "no-equals-sign"])
+    assert "expected KEY=VALUE" in capsys.readouterr().err
