@@ -73,6 +73,9 @@ async def test_long_term_extraction_after_the_request_ended_is_a_child_of_its_ru
         if s.name == "create_memory" and s.attributes.get(catalog.KAOS_MEMORY_TIER) == "long_term"
     ]
     assert extracted
+    by_id = {s.span_id: s for s in otlp_receiver.spans()}
     for span in extracted:
         assert span.trace_id == trace.format_trace_id(run_context.trace_id)
-        assert span.parent_span_id == trace.format_span_id(run_context.span_id)
+        queued = by_id[span.parent_span_id or ""]  # the span the call waited its turn in
+        assert queued.name == "long-term extraction"
+        assert queued.parent_span_id == trace.format_span_id(run_context.span_id)

@@ -77,7 +77,9 @@ def test_live_demo_with_long_term_memory_leaves_no_span_detached(tmp_path: Path)
     ]
     assert extracted and all(s.trace_id in request_traces for s in extracted)
     by_id = {s.span_id: s for s in spans}
-    assert {by_id[s.parent_span_id or ""].name.split()[0] for s in extracted} == {"invoke_agent"}
+    queued = [by_id[s.parent_span_id or ""] for s in extracted]  # each waited its turn in its own span
+    assert {s.name for s in queued} == {"long-term extraction"}
+    assert {by_id[s.parent_span_id or ""].name.split()[0] for s in queued} == {"invoke_agent"}
     outcomes = Counter(
         s.attributes.get(catalog.KAOS_OUTCOME) for s in spans if catalog.KAOS_MEMORY_TIER in s.attributes
     )
