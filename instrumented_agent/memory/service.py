@@ -163,8 +163,8 @@ class MemoryService:
     async def start(self) -> None:
         """Create the tables and load the long-term tier; failures degrade, they do not stop the agent."""
         await self._in_thread("schema creation", None, None, self.relational.ensure_schema)
-        if self.long_term is not None and not await self._in_long_term_thread(
-            "long-term load", False, _returning_true(self.long_term.load)
+        if self.long_term is not None and not await self._in_thread(  # nothing waits yet: no span
+            "long-term load", None, False, _returning_true(self.long_term.load), self._long_term_thread
         ):
             self.long_term = None
 
