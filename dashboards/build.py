@@ -111,12 +111,13 @@ class Alert:
     threshold: float
     """In the unit of ``unit``: seconds for latency, percent for ratios, items for counts."""
     unit: Literal["s", "percent", ""]
-    promql: str
-    """The Prometheus expression; ``> threshold`` is appended unless it holds ``{threshold}``.
-    Ratios are fractions there (5 % is 0.05)."""
     for_: str
     signoz_eval_window: str
     signoz_match: Literal["on_average", "in_total", "all_the_times", "at_least_once", "last"]
+    promql: str | None = None
+    """The Prometheus expression; ``> threshold`` is appended unless it holds ``{threshold}``.
+    Ratios are fractions there (5 % is 0.05). ``None`` for a :class:`Percent` query: its ratio
+    per job over 5 minutes (:func:`ratio_promql`)."""
     labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -126,12 +127,17 @@ class Alert:
     @property
     def prometheus_expr(self) -> str:
         threshold = f"{self.prometheus_threshold:g}"
-        if "{threshold}" in self.promql:
-            return self.promql.replace("{threshold}", threshold)
-        if "\n" in self.promql:
-            inner = "\n".join("  " + line for line in self.promql.splitlines())
+        if self.promql is not None:
+            promql = self.promql
+        else:
+            assert isinstance(self.query, Percent), f"{self.name}: promql is needed for this query"
+            promql = ratio_promql(self.query)
+        if "{threshold}" in promql:
+            return promql.replace("{threshold}", threshold)
+        if "\n" in promql:
+            inner = "\n".join("  " + line for line in promql.splitlines())
             return f"(\n{inner}\n) > {threshold}"
-        return f"{self.promql} > {threshold}"
+        return f"{promql} > {threshold}"
 
 
 # --- units --------------------------------------------------------------------------------
@@ -356,6 +362,16 @@ def zero_filled_ratio(part: str, whole: str, scale: str = "") -> str:
     return f"{scale}(\n  {part}\n  or 0 * {whole}\n)\n/ {whole}"
 
 
+def ratio_promql(query: Percent) -> str:
+    """An alert's ratio: ``query``'s share of its metric's rate over 5 minutes, per job and the
+    query's labels, as a fraction (0, not empty, for groups where nothing matched)."""
+    series = c.METRICS_BY_NAME[query.metric].prometheus
+    by = _by(query.by, ("job",))
+    part = _prom_selector(query.metric, (*query.within, *query.where), series, variables=False)
+    whole = _prom_selector(query.metric, query.within, series, variables=False)
+    return zero_filled_ratio(f"sum{by} (rate({part}[5m]))", f"sum{by} (rate({whole}[5m]))")
+
+
 ALERTS: tuple[Alert, ...] = (
     Alert(
         name="KaosRequestLatencyP95High",
@@ -389,10 +405,6 @@ ALERTS: tuple[Alert, ...] = (
         query=Percent(c.KAOS_REQUESTS, ERROR, (A,)),
         threshold=5.0,
         unit="percent",
-        promql=zero_filled_ratio(
-            f'sum by (job, {_p(A)}) (rate({_prom(c.KAOS_REQUESTS)}{{{_p(O)}="error"}}[5m]))',
-            f"sum by (job, {_p(A)}) (rate({_prom(c.KAOS_REQUESTS)}[5m]))",
-        ),
         for_="10m",
         signoz_eval_window="10m",
         signoz_match="on_average",
@@ -409,10 +421,6 @@ ALERTS: tuple[Alert, ...] = (
         query=Percent(c.KAOS_MODEL_CALLS, ERROR, (A, MODEL)),
         threshold=1.0,
         unit="percent",
-        promql=zero_filled_ratio(
-            f'sum by (job, {_p(A)}, {_p(MODEL)}) (rate({_prom(c.KAOS_MODEL_CALLS)}{{{_p(O)}="error"}}[5m]))',
-            f"sum by (job, {_p(A)}, {_p(MODEL)}) (rate({_prom(c.KAOS_MODEL_CALLS)}[5m]))",
-        ),
         for_="10m",
         signoz_eval_window="10m",
         signoz_match="on_average",
@@ -431,10 +439,6 @@ ALERTS: tuple[Alert, ...] = (
         query=Percent(c.KAOS_DELEGATIONS, ERROR, (A, TARGET)),
         threshold=5.0,
         unit="percent",
-        promql=zero_filled_ratio(
-            f'sum by (job, {_p(A)}, {_p(TARGET)}) (rate({_prom(c.KAOS_DELEGATIONS)}{{{_p(O)}="error"}}[5m]))',
-            f"sum by (job, {_p(A)}, {_p(TARGET)}) (rate({_prom(c.KAOS_DELEGATIONS)}[5m]))",
-        ),
         for_="10m",
         signoz_eval_window="10m",
         signoz_match="on_average",
@@ -472,11 +476,6 @@ ALERTS: tuple[Alert, ...] = (
         query=Percent(c.KAOS_MEMORY_OPERATIONS, FAILED_MEMORY, (TIER,)),
         threshold=5.0,
         unit="percent",
-        promql=zero_filled_ratio(
-            f"sum by (job, {_p(TIER)}) "
-            f'(rate({_prom(c.KAOS_MEMORY_OPERATIONS)}{{{_p(O)}=~"error|degraded"}}[5m]))',
-            f"sum by (job, {_p(TIER)}) (rate({_prom(c.KAOS_MEMORY_OPERATIONS)}[5m]))",
-        ),
         for_="10m",
         signoz_eval_window="10m",
         signoz_match="on_average",
@@ -972,14 +971,19 @@ def prometheus_rules() -> str:
 _GRAFANA_VARIABLE_SOURCE = {A: c.KAOS_REQUESTS, MODEL: c.KAOS_MODEL_CALLS, TIER: c.KAOS_MEMORY_OPERATIONS}
 
 
-def _prom_selector(metric: str, where: Iterable[tuple[str, tuple[str, ...]]], series: str) -> str:
-    allowed = c.METRICS_BY_NAME[metric].attributes
-    matchers = ['job=~"$job"']
-    matchers += [f'{c.prometheus_label(v.key)}=~"${v.name}"' for v in VARIABLES if v.key in allowed]
+def _prom_selector(
+    metric: str, where: Iterable[tuple[str, tuple[str, ...]]], series: str, *, variables: bool = True
+) -> str:
+    """``series`` with matchers for ``where`` and, for a dashboard, its variables."""
+    matchers = []
+    if variables:
+        allowed = c.METRICS_BY_NAME[metric].attributes
+        matchers.append('job=~"$job"')
+        matchers += [f'{c.prometheus_label(v.key)}=~"${v.name}"' for v in VARIABLES if v.key in allowed]
     for key, values in where:
         label = c.prometheus_label(key)
         matchers.append(f'{label}="{values[0]}"' if len(values) == 1 else f'{label}=~"{"|".join(values)}"')
-    return f"{series}{{{', '.join(matchers)}}}"
+    return f"{series}{{{', '.join(matchers)}}}" if matchers else series
 
 
 def _by(keys: Iterable[str], extra: Sequence[str] = ()) -> str:
