@@ -252,6 +252,13 @@ SECTIONS: tuple[Section, ...] = (
                 Quantiles(c.GEN_AI_CLIENT_OPERATION_DURATION, ("p50", "p95"), (MODEL,)),
             ),
             _panel(
+                "Time to first chunk p50 / p95 by model",
+                "Streamed answers only: seconds from the request to its first chunk "
+                "(gen_ai.client.operation.time_to_first_chunk).",
+                Quantiles(c.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK, ("p50", "p95"), (MODEL,)),
+                width=12,
+            ),
+            _panel(
                 "Tokens per second by model and type",
                 "Input and output tokens per second (sum of gen_ai.client.token.usage).",
                 Rate(c.GEN_AI_CLIENT_TOKEN_USAGE, (MODEL, c.GEN_AI_TOKEN_TYPE), part="sum"),

@@ -255,11 +255,12 @@ class Agent:
             server_address=self._model.server_address,
             server_port=self._model.server_port,
             conversation_id=conversation_id,
+            stream=on_delta is not None,
         ) as call:
             with _logged("model call"):
                 try:
                     completion = await self._model.complete(
-                        model, conversation, self.tool_definitions(), on_delta
+                        model, conversation, self.tool_definitions(), on_delta, call.record_first_chunk
                     )
                 except ModelError as exc:  # error.type: the status or failure, not the class name
                     call.set_outcome(Outcome.ERROR, exc.reason)

@@ -50,8 +50,10 @@ class ModelClient:
         messages: Sequence[ChatMessage],
         tools: Sequence[dict[str, Any]] = (),
         on_delta: DeltaSink | None = None,
+        on_first_chunk: Callable[[], None] | None = None,
     ) -> Completion:
-        """One completion; streamed (content passed to ``on_delta`` as it arrives) if ``on_delta`` is set."""
+        """One completion; streamed (content passed to ``on_delta`` as it arrives) if ``on_delta`` is
+        set, ``on_first_chunk`` called when the stream's first chunk arrives."""
         body: dict[str, Any] = {
             "model": model,
             "messages": [m.model_dump(exclude_none=True) for m in messages],
@@ -69,7 +71,7 @@ class ModelClient:
                 if response.status_code >= 400:
                     await response.aread()
                     _raise_for_status(response, self._api_key)
-                return await _read_stream(response, model, on_delta, self._api_key)
+                return await _read_stream(response, model, on_delta, on_first_chunk, self._api_key)
         except httpx.HTTPError as exc:
             raise ModelError(f"model request failed: {type(exc).__name__}", type(exc).__name__) from exc
         except (ValueError, KeyError, IndexError, TypeError) as exc:
@@ -114,7 +116,11 @@ def _parse_completion(body: dict[str, Any], model: str) -> Completion:
 
 
 async def _read_stream(
-    response: httpx.Response, model: str, on_delta: DeltaSink, api_key: str | None
+    response: httpx.Response,
+    model: str,
+    on_delta: DeltaSink,
+    on_first_chunk: Callable[[], None] | None,
+    api_key: str | None,
 ) -> Completion:
     """Assemble a streamed completion (content, tool-call fragments by index, usage)."""
     content: list[str] = []
@@ -132,6 +138,9 @@ async def _read_stream(
         if "error" in chunk:
             error_text = str(chunk["error"].get("message", "unknown error"))
             raise ModelError(f"model stream failed: {_masked(error_text, api_key)}", "stream_error")
+        if on_first_chunk is not None:
+            on_first_chunk()
+            on_first_chunk = None
         completion_id = str(chunk.get("id") or completion_id)
         response_model = str(chunk.get("model") or response_model)
         if chunk.get("usage"):

@@ -207,6 +207,7 @@ class KaosMetrics:
 
         self._operation_duration = histogram(catalog.GEN_AI_CLIENT_OPERATION_DURATION)
         self._token_usage = histogram(catalog.GEN_AI_CLIENT_TOKEN_USAGE)
+        self._time_to_first_chunk = histogram(catalog.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK)
         self._requests = counter(catalog.KAOS_REQUESTS)
         self._request_duration = histogram(catalog.KAOS_REQUEST_DURATION)
         self._request_steps = histogram(catalog.KAOS_REQUEST_STEPS)
@@ -255,8 +256,10 @@ class KaosMetrics:
         error_type: str | None = None,
         input_tokens: int | None = None,
         output_tokens: int | None = None,
+        first_chunk_s: float | None = None,
     ) -> None:
-        """One model call: the kaos metrics and the GenAI client metrics."""
+        """One model call: the kaos metrics and the GenAI client metrics (the time to the first
+        chunk only for a streamed answer)."""
         bounded_model = self.bounds.bound(catalog.GEN_AI_REQUEST_MODEL, model)
         labels = {
             catalog.GEN_AI_AGENT_NAME: self._agent(agent),
@@ -279,6 +282,8 @@ class KaosMetrics:
         for token_type, tokens in (("input", input_tokens), ("output", output_tokens)):
             if tokens is not None:
                 self._token_usage.record(tokens, {**gen_ai, catalog.GEN_AI_TOKEN_TYPE: token_type})
+        if first_chunk_s is not None:
+            self._time_to_first_chunk.record(first_chunk_s, gen_ai)
 
     def record_tool_call(self, agent: str, tool: str, outcome: Outcome, duration_s: float) -> None:
         """One tool call."""

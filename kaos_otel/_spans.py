@@ -111,6 +111,11 @@ class SpanHandle:
         return self._mark.ended
 
     @property
+    def elapsed_s(self) -> float:
+        """Seconds since the span began (the clock its duration metrics use)."""
+        return time.perf_counter() - self._started
+
+    @property
     def outcome(self) -> Outcome | None:
         """The outcome set so far (``None`` until set or ended)."""
         return self._outcome

@@ -106,12 +106,22 @@ _INFERENCE_EVENT_KEYS = (
 class ModelCall(SpanHandle):
     """A ``chat`` span; carries token usage to the metrics."""
 
-    __slots__ = ("event_attributes", "events", "finish_reasons", "input_tokens", "model", "output_tokens")
+    __slots__ = (
+        "event_attributes",
+        "events",
+        "finish_reasons",
+        "first_chunk_s",
+        "input_tokens",
+        "model",
+        "output_tokens",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        self.first_chunk_s: float | None = None
+        """Seconds from the call's start to its first chunk (a streamed answer)."""
         self.finish_reasons: tuple[str, ...] = ()
         self.model = ""
         self.events: Logger | None = None
@@ -166,6 +176,17 @@ class ModelCall(SpanHandle):
         self.span.set_attributes(response)
         if self.events is not None:
             self.event_attributes.update(response)
+
+    def record_first_chunk(self) -> None:
+        """Say that the first chunk of a streamed answer arrived: the time since the call began is
+        ``gen_ai.response.time_to_first_chunk`` on the span and goes to the
+        ``gen_ai.client.operation.time_to_first_chunk`` metric when the call ends. Later calls
+        change nothing."""
+        if self.first_chunk_s is not None or self.is_ended:
+            return
+        self.first_chunk_s = self.elapsed_s
+        if self.span.is_recording():
+            self.span.set_attribute(catalog.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, self.first_chunk_s)
 
     @property
     def records_messages(self) -> bool:
@@ -541,12 +562,15 @@ class AgentTelemetry:
         server_address: str | None = None,
         server_port: int | None = None,
         conversation_id: str | None = None,
+        stream: bool = False,
         attributes: Mapping[str, object] | None = None,
     ) -> ModelCall:
         """A model call (``chat {model}``, CLIENT); records the GenAI client metrics at the end.
 
         ``conversation_id`` is ``gen_ai.conversation.id`` on the span (the run's, as given to
-        :meth:`invoke_agent`; never a metric label).
+        :meth:`invoke_agent`; never a metric label). ``stream``: the answer is streamed
+        (``gen_ai.request.stream``); say when its first chunk arrives with
+        :meth:`ModelCall.record_first_chunk`.
 
         ``provider`` is ``gen_ai.provider.name`` on the span and the metrics; it defaults to
         ``openai`` (the OpenAI-compatible API the reference agent speaks): name yours
@@ -568,6 +592,7 @@ class AgentTelemetry:
                 error_type=handle.error_type,
                 input_tokens=handle.input_tokens,
                 output_tokens=handle.output_tokens,
+                first_chunk_s=handle.first_chunk_s,
             )
 
         call_attributes = {
@@ -578,6 +603,7 @@ class AgentTelemetry:
             catalog.SERVER_ADDRESS: server_address,
             catalog.SERVER_PORT: server_port,
             catalog.GEN_AI_CONVERSATION_ID: conversation_id,
+            catalog.GEN_AI_REQUEST_STREAM: True if stream else None,
             **_given_attributes("model_call", attributes),
         }
         call = self._begin(
@@ -800,6 +826,7 @@ class _NoopModelCall(NoopSpanHandle, ModelCall):
         NoopSpanHandle.__init__(self)
         self.input_tokens = None
         self.output_tokens = None
+        self.first_chunk_s = None
         self.finish_reasons = ()
         self.model = ""
         self.events = None
@@ -814,6 +841,9 @@ class _NoopModelCall(NoopSpanHandle, ModelCall):
         finish_reasons: Sequence[str] | None = None,
         response_id: str | None = None,
     ) -> None:
+        """Do nothing (this handle is shared: it keeps no state)."""
+
+    def record_first_chunk(self) -> None:
         """Do nothing (this handle is shared: it keeps no state)."""
 
     @property

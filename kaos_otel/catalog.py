@@ -166,6 +166,11 @@ class MemoryScope(StrEnum):
 
 # --- attribute keys -------------------------------------------------------------------------
 # OpenTelemetry GenAI conventions
+# streaming (semantic conventions v1.41.0; opentelemetry-semantic-conventions 0.61b0, the oldest
+# release supported, does not define them)
+GEN_AI_REQUEST_STREAM = "gen_ai.request.stream"
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
 # memory conventions (semantic-conventions-genai #140)
 GEN_AI_MEMORY_STORE_ID = "gen_ai.memory.store.id"
 GEN_AI_MEMORY_RECORD_ID = "gen_ai.memory.record.id"
@@ -228,6 +233,8 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(GEN_AI_RESPONSE_MODEL, "Model that answered", "otel"),
     AttributeSpec(GEN_AI_RESPONSE_ID, "The completion's id, as the model API gave it", "otel"),
     AttributeSpec(GEN_AI_RESPONSE_FINISH_REASONS, "Finish reasons of the choices", "otel"),
+    AttributeSpec(GEN_AI_REQUEST_STREAM, "The model call streamed its answer (set only then)", "otel"),
+    AttributeSpec(GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, "Seconds from the request to its first chunk", "otel"),
     AttributeSpec(GEN_AI_USAGE_INPUT_TOKENS, "Input tokens used", "otel"),
     AttributeSpec(GEN_AI_USAGE_OUTPUT_TOKENS, "Output tokens used", "otel"),
     AttributeSpec(GEN_AI_TOKEN_TYPE, "input or output (metric label)", "otel"),
@@ -522,6 +529,15 @@ METRICS: tuple[MetricSpec, ...] = (
         fixed_label_values={GEN_AI_OPERATION_NAME: 1},
     ),
     _metric(
+        GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK,
+        "histogram",
+        "s",
+        "Time to the first chunk of a streamed answer (convention)",
+        (GEN_AI_OPERATION_NAME, GEN_AI_PROVIDER_NAME, GEN_AI_REQUEST_MODEL),
+        GEN_AI_DURATION_BUCKETS_S,
+        fixed_label_values={GEN_AI_OPERATION_NAME: 1},
+    ),
+    _metric(
         GEN_AI_CLIENT_TOKEN_USAGE,
         "histogram",
         "{token}",
@@ -799,7 +815,8 @@ def metrics_markdown() -> str:
         "  when `OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION` asks for exponential ones.",
         f"- kaos duration histograms span 5 ms to 10 minutes: {_numbers(DURATION_BUCKETS_S)}.",
         "- The GenAI client metrics use the buckets the convention prescribes:",
-        f"  `{GEN_AI_CLIENT_OPERATION_DURATION}` {_numbers(GEN_AI_DURATION_BUCKETS_S)};",
+        f"  `{GEN_AI_CLIENT_OPERATION_DURATION}` and `{GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK}`",
+        f"  {_numbers(GEN_AI_DURATION_BUCKETS_S)};",
         f"  `{GEN_AI_CLIENT_TOKEN_USAGE}` {_numbers(GEN_AI_TOKEN_BUCKETS)}.",
         f"- Steps per request: {_numbers(STEP_BUCKETS)}.",
         f"- Short-term window tokens: {_numbers(WINDOW_TOKEN_BUCKETS)}.",

@@ -131,7 +131,7 @@ def test_research_scenario_answers_with_both_specialists(agents: Agents) -> None
     assert len(response.headers[TRACE_ID_HEADER]) == 32
 
 
-def test_research_scenario_streams_the_same_answer(agents: Agents) -> None:
+def test_research_scenario_streams_the_same_answer(agents: Agents, module_receiver: OtlpReceiver) -> None:
     body = {
         "messages": [{"role": "user", "content": SCENARIOS["research"].prompt}],
         "stream": True,
@@ -150,6 +150,12 @@ def test_research_scenario_streams_the_same_answer(agents: Agents) -> None:
     assert content.endswith("Analyst: The sum of 45 and 30 is 75.")
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
     assert chunks[-1]["usage"]["total_tokens"] > 0
+    spans = _trace(module_receiver, response, "coordinator")
+    streamed = [s for s in spans if s.service_name == "coordinator" and s.name.startswith("chat ")]
+    assert streamed and all(s.attributes[catalog.GEN_AI_REQUEST_STREAM] is True for s in streamed)
+    assert all(
+        0 < s.attributes[catalog.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] <= s.duration_s for s in streamed
+    )
 
 
 def test_failure_scenario_is_a_502_with_a_json_error(agents: Agents) -> None:

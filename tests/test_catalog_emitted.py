@@ -102,6 +102,8 @@ def drive_domain_api(otel: KaosOtelManager) -> None:
                 )
             with pytest.raises(ModelDown), otel.model_call(AGENT, MODEL):
                 raise ModelDown("503")
+            with otel.model_call(AGENT, MODEL, stream=True) as streamed:
+                streamed.record_first_chunk()
             with otel.tool_call(AGENT, TOOL, call_id="call-1", arguments={"query": "otel"}):
                 pass
             with otel.tool_call(AGENT, "invented_tool", call_id="call-2", arguments={}):

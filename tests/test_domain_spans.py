@@ -413,3 +413,32 @@ def test_usage_recorded_in_parts_adds_up_and_after_the_end_says_so(
 
     assert otlp_receiver.wait_for(lambda r: input_tokens("gpt-4o-mini") != [], 10)
     assert set(input_tokens("gpt-4o-mini")) == {42} and input_tokens("late-model") == []
+
+
+def test_a_streamed_call_records_its_time_to_first_chunk(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    with otel.model_call("assistant", "streamed-model", stream=True) as streamed:
+        streamed.record_first_chunk()
+        first = streamed.first_chunk_s
+        streamed.record_first_chunk()  # the next chunks change nothing
+    with otel.model_call("assistant", "plain-model"):
+        pass
+    spans = collect(otel, otlp_receiver, 2)
+    (chat,) = named(spans, "chat streamed-model")
+    assert chat.attributes[catalog.GEN_AI_REQUEST_STREAM] is True
+    assert first is not None and chat.attributes[catalog.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == first
+    (plain,) = named(spans, "chat plain-model")
+    assert catalog.GEN_AI_REQUEST_STREAM not in plain.attributes
+    assert catalog.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK not in plain.attributes
+
+    def first_chunks() -> dict[str, int | None]:
+        return {
+            p.attributes[catalog.GEN_AI_REQUEST_MODEL]: p.count
+            for p in otlp_receiver.metric_points()
+            if p.name == catalog.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK
+        }
+
+    assert otlp_receiver.wait_for(lambda r: first_chunks() != {}, 10)
+    assert first_chunks() == {"streamed-model": 1}

@@ -94,6 +94,8 @@ def test_every_block_of_the_guide_runs(otlp_receiver: OtlpReceiver, tmp_path: Pa
     assert len(sent) == 2 and chat.span_id not in {s.parent_span_id for s in sent}
     assert chat.attributes[catalog.GEN_AI_USAGE_INPUT_TOKENS] == 42
     assert chat.attributes[catalog.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+    assert chat.attributes[catalog.GEN_AI_REQUEST_STREAM] is True
+    assert 0 < chat.attributes[catalog.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] < chat.duration_s
     # a sub-agent in the same process counts as delegated
     origins = {
         s.attributes[catalog.GEN_AI_AGENT_NAME]: s.attributes[catalog.KAOS_REQUEST_ORIGIN]

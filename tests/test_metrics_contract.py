@@ -152,8 +152,15 @@ def drive_requests(otel: AgentTelemetry, count: int = REQUESTS) -> Driven:
                             memory.set_outcome(Outcome.DEGRADED, "BackendDown")
                             run.set_outcome(Outcome.DEGRADED)
                     with otel.model_call(
-                        agent, model, provider=provider, server_address=f"{token}.example.com", attributes=ids
+                        agent,
+                        model,
+                        provider=provider,
+                        server_address=f"{token}.example.com",
+                        stream=i % 4 == 0,
+                        attributes=ids,
                     ) as call:
+                        if i % 4 == 0:
+                            call.record_first_chunk()
                         call.record_usage(100 + i, 20 + i % 50, response_model=model, finish_reasons=["stop"])
                         call.record_messages([{"role": "user", "content": prompt}], [{"content": url}])
                         if i % 11 == 5:
