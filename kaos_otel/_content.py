@@ -333,6 +333,10 @@ _MAX_FLATTENED_DEPTH = 64
 _MORE = "..."
 """What stands for the values a walk did not keep."""
 
+_MAX_JSON_INT_BITS = 4096
+"""Integers up to this size (about 1,230 digits) stay numbers in JSON text; larger ones become
+text (Python refuses to print integers past 4,300 digits)."""
+
 _CUT_SHORT = "...[truncated]"
 """The end of JSON text whose walk stopped early: how much was left is not known."""
 
@@ -362,31 +366,44 @@ class _BoundedWalk:
         return self._policy.clean_text(text, self._limit, _CUT_SHORT if cut else None)
 
     def convert(self, item: object, depth: int, room: list[int] | None) -> AnyValue:
-        """``item`` bounded; ``room``: for a structure becoming text, the characters it may still take."""
+        """``item`` bounded; ``room``: for a structure becoming text, the characters it may still
+        take (every value, key and number takes its share)."""
         self._budget -= 1
         if self._spent(room) or (room is not None and depth >= _MAX_FLATTENED_DEPTH):
             self._cut = True
             return _MORE
         if item is None or isinstance(item, bool | float):
+            self._take(room, 5)
             return item
         if isinstance(item, int):
-            return item if -(2**63) <= item < 2**63 else str(item)
-        if isinstance(item, bytes):
+            if room is None:
+                return item if -(2**63) <= item < 2**63 else safe_str(item)  # OTLP: 64-bit integers
+            if item.bit_length() <= _MAX_JSON_INT_BITS:  # a JSON number, as json.dumps writes it
+                self._take(room, item.bit_length() // 3 + 2)
+                return item
+        if isinstance(item, bytes) and room is None:
             return item[: self._limit]
         if not isinstance(item, Mapping | list | tuple):
+            if isinstance(item, bytes):
+                item = item[: self._limit if room is None else min(self._limit, room[0])]
             text = item if isinstance(item, str) else safe_str(item)
             if room is None:
                 return self._policy.bound_size(text, self._limit)
             cap = min(self._limit, room[0])
-            if len(text) > cap:
+            if len(text) > cap:  # cut without a marker of its own: the text's end says so
                 self._cut = True
-                text = self._policy.bound_size(text, cap)
-            room[0] -= len(text)
+                text = text[:cap]
+            self._take(room, len(text) + 2)
             return text
         if id(item) in self._on_path:
             return "<cycle>"
-        if room is None and (depth >= _MAX_STRUCTURE_DEPTH or len(item) > _MAX_STRUCTURE_ITEMS):
-            return self.json_text(item, depth)  # what the cleaning layer would not walk
+        if room is None:
+            try:
+                flatten = depth >= _MAX_STRUCTURE_DEPTH or len(item) > _MAX_STRUCTURE_ITEMS
+            except Exception:  # a __len__ that raises
+                return f"<unreadable {type(item).__name__}>"
+            if flatten:
+                return self.json_text(item, depth)  # what the cleaning layer would not walk
         self._on_path.add(id(item))
         try:
             if isinstance(item, Mapping):
@@ -396,7 +413,9 @@ class _BoundedWalk:
                         self._cut = True
                         mapping[_MORE] = _MORE
                         break
-                    mapping[safe_str(key)[: self._limit]] = self.convert(member, depth + 1, room)
+                    name = _key_text(key)[: self._limit]
+                    self._take(room, len(name) + 4)
+                    mapping[name] = self.convert(member, depth + 1, room)
                 return mapping
             members: list[AnyValue] = []
             for member in item:
@@ -406,11 +425,32 @@ class _BoundedWalk:
                     break
                 members.append(self.convert(member, depth + 1, room))
             return members
+        except Exception:  # a container that cannot be read (its items() or __len__ raises)
+            return f"<unreadable {type(item).__name__}>"
         finally:
             self._on_path.discard(id(item))
 
+    @staticmethod
+    def _take(room: list[int] | None, characters: int) -> None:
+        """Count ``characters`` of JSON text against ``room`` (when becoming text)."""
+        if room is not None:
+            room[0] -= characters
+
     def _spent(self, room: list[int] | None) -> bool:
         return self._budget < 0 or (room is not None and room[0] <= 0)
+
+
+def _key_text(key: object) -> str:
+    """A mapping key as ``json.dumps`` writes one (``None`` is ``null``, ``True`` is ``true``, a
+    number its JSON text), any other key as its text."""
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool | int | float):
+        try:
+            return json.dumps(key)
+        except ValueError:  # an integer too long to print
+            return safe_str(key)
+    return safe_str(key)
 
 
 def safe_str(value: object) -> str:

@@ -94,48 +94,83 @@ def _is_chunk(item: object) -> bool:
 
 def _joined_chunks(chunks: Sequence[object]) -> list[dict[str, Any]]:
     """The choices a streamed completion's chunks add up to: each choice's ``delta``s joined (text
-    appended, tool calls gathered by their index, arguments appended) and its last finish reason."""
-    joined: dict[int, dict[str, Any]] = {}
+    appended, tool calls gathered by their index, or their id when a server sends none, arguments
+    appended) and its last finish reason. Pieces are joined once, at the end."""
+    joined: dict[int, _StreamedChoice] = {}
     for chunk in chunks:
         for choice in _field(chunk, "choices") or ():
             index = _field(choice, "index")
-            entry = joined.setdefault(index if type(index) is int else 0, {"message": {}, "calls": {}})
+            entry = joined.setdefault(index if type(index) is int else 0, _StreamedChoice())
             if _field(choice, "finish_reason") is not None:
-                entry["finish_reason"] = _field(choice, "finish_reason")
+                entry.finish_reason = _field(choice, "finish_reason")
             delta = _field(choice, "delta")
-            if delta is None:
-                continue
-            message = entry["message"]
-            if isinstance(_field(delta, "role"), str):
-                message.setdefault("role", _field(delta, "role"))
-            for key in ("content", "refusal"):
-                if isinstance(_field(delta, key), str):
-                    message[key] = message.get(key, "") + _field(delta, key)
-            for call_delta in _field(delta, "tool_calls") or ():
-                call = entry["calls"].setdefault(_field(call_delta, "index"), {"function": {}})
-                if _field(call_delta, "id") is not None:
-                    call.setdefault("id", _field(call_delta, "id"))
-                _join_function(call["function"], _field(call_delta, "function"))
-            if _field(delta, "function_call") is not None:  # the legacy single call
-                _join_function(message.setdefault("function_call", {}), _field(delta, "function_call"))
-    choices = []
-    for index, entry in sorted(joined.items()):
-        message = entry["message"]
-        if entry["calls"]:
-            message["tool_calls"] = list(entry["calls"].values())
-        choice = {"index": index, "message": message}
-        if "finish_reason" in entry:
-            choice["finish_reason"] = entry["finish_reason"]
-        choices.append(choice)
-    return choices
+            if delta is not None:
+                entry.add(delta)
+    return [entry.choice(index) for index, entry in sorted(joined.items())]
+
+
+class _StreamedChoice:
+    """One choice of a stream, as its deltas arrive."""
+
+    def __init__(self) -> None:
+        self.role: object = None
+        self.texts: dict[str, list[str]] = {}
+        """``content`` and ``refusal`` pieces."""
+        self.calls: dict[object, dict[str, Any]] = {}
+        """Tool calls by index (or id), each with its ``id`` and the pieces of its function."""
+        self.last_call: object = None
+        self.legacy: dict[str, Any] | None = None
+        self.finish_reason: object = None
+
+    def add(self, delta: object) -> None:
+        if self.role is None and isinstance(_field(delta, "role"), str):
+            self.role = _field(delta, "role")
+        for key in ("content", "refusal"):
+            if isinstance(_field(delta, key), str):
+                self.texts.setdefault(key, []).append(_field(delta, key))
+        for call_delta in _field(delta, "tool_calls") or ():
+            call_key = _field(call_delta, "index")
+            if call_key is None:  # a server that sends no index: a new id starts a new call
+                call_key = _field(call_delta, "id") or self.last_call
+            self.last_call = call_key
+            call = self.calls.setdefault(call_key, {"function": {"arguments": []}})
+            if _field(call_delta, "id") is not None:
+                call.setdefault("id", _field(call_delta, "id"))
+            _join_function(call["function"], _field(call_delta, "function"))
+        if _field(delta, "function_call") is not None:  # the legacy single call
+            if self.legacy is None:
+                self.legacy = {"arguments": []}
+            _join_function(self.legacy, _field(delta, "function_call"))
+
+    def choice(self, index: int) -> dict[str, Any]:
+        message: dict[str, Any] = {key: "".join(pieces) for key, pieces in self.texts.items()}
+        if self.role is not None:
+            message["role"] = self.role
+        if self.calls:
+            keys = list(self.calls)
+            if all(type(key) is int for key in keys):
+                keys.sort()  # by index, as the API numbers them
+            message["tool_calls"] = [
+                {**self.calls[key], "function": _joined_function(self.calls[key]["function"])} for key in keys
+            ]
+        if self.legacy is not None:
+            message["function_call"] = _joined_function(self.legacy)
+        choice: dict[str, Any] = {"index": index, "message": message}
+        if self.finish_reason is not None:
+            choice["finish_reason"] = self.finish_reason
+        return choice
 
 
 def _join_function(function: dict[str, Any], delta: object) -> None:
-    """Add a called function's delta: its name once, its arguments appended."""
+    """Add a called function's delta: its name once, a piece of its arguments."""
     if isinstance(_field(delta, "name"), str):
         function.setdefault("name", _field(delta, "name"))
     if isinstance(_field(delta, "arguments"), str):
-        function["arguments"] = function.get("arguments", "") + _field(delta, "arguments")
+        function["arguments"].append(_field(delta, "arguments"))
+
+
+def _joined_function(function: dict[str, Any]) -> dict[str, Any]:
+    return {**function, "arguments": "".join(function["arguments"])}
 
 
 _Found = tuple[Mapping[str, Any], Mapping[str, Any] | None]

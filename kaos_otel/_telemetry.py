@@ -56,7 +56,7 @@ def _given_attributes(where: str, attributes: object) -> Mapping[str, object]:
 
 
 _DELEGATION_KEY = otel_context.create_key("kaos-otel-delegation")
-"""Context key: the span of the delegation whose block the context is in (see :class:`_Delegation`)."""
+"""Context key: the delegation whose block the context is in (see :class:`_Delegation`)."""
 
 
 class _Delegation(SpanHandle):
@@ -67,14 +67,19 @@ class _Delegation(SpanHandle):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._context = otel_context.set_value(_DELEGATION_KEY, self.span, self._context)
+        self._context = otel_context.set_value(_DELEGATION_KEY, self, self._context)
 
 
 def _origin_of_current_context() -> RequestOrigin:
-    """``delegated`` for a run started directly inside a delegation's block, else ``user``."""
+    """``delegated`` for a run started directly inside a delegation's block that has not ended,
+    else ``user``."""
     current = otel_context.get_current()
     delegation = otel_context.get_value(_DELEGATION_KEY, current)
-    if delegation is not None and delegation is trace.get_current_span(current):
+    if (
+        isinstance(delegation, _Delegation)
+        and not delegation.is_ended
+        and delegation.span is trace.get_current_span(current)
+    ):
         return RequestOrigin.DELEGATED
     return RequestOrigin.USER
 
@@ -156,10 +161,8 @@ class ModelCall(SpanHandle):
                 level=logging.WARNING,
             )
             return
-        if input_tokens is not None:
-            self.input_tokens = _token_count(input_tokens)
-        if output_tokens is not None:
-            self.output_tokens = _token_count(output_tokens)
+        self.input_tokens = _token_count(input_tokens, self.input_tokens)
+        self.output_tokens = _token_count(output_tokens, self.output_tokens)
         self.finish_reasons = _finish_reasons(finish_reasons) or self.finish_reasons
         if self.events is None and not self.span.is_recording():
             return
@@ -502,8 +505,9 @@ class AgentTelemetry:
         :meth:`register_known_names`); ``gen_ai.agent.name`` keeps it as given. ``origin`` says who
         asked for the run (a user, another agent, the agent itself), so that dashboards count each
         user request once. Not given, it is ``delegated`` for a run started directly inside a
-        :meth:`delegation` block (a sub-agent in the same process), else ``user``; a sub-agent
-        serving another process's delegation says ``delegated`` itself.
+        :meth:`delegation` block (a sub-agent in the same process; in a pool thread, submitted with
+        :func:`kaos_otel.context.submit_in_context`), else ``user``; a sub-agent serving another
+        process's delegation says ``delegated`` itself.
         """
         if not self._enabled:
             return NOOP_AGENT_RUN
@@ -794,12 +798,15 @@ def _finish_reasons(value: object) -> tuple[str, ...]:
     return ()
 
 
-def _token_count(value: object) -> int | None:
-    """``value`` if it can be a token count on a span and a metric point, else ``None`` (logged)."""
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63):
+def _token_count(value: object, recorded: int | None) -> int | None:
+    """``value`` if it can be a token count on a span and a metric point, else what was
+    ``recorded`` before (a value that cannot is logged)."""
+    if value is None:
+        return recorded
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
         return value
     internal_error("record_usage", ValueError(f"not a token count: {_described(value)}"))
-    return None
+    return recorded
 
 
 def _identity(fn: F) -> F:

@@ -78,13 +78,15 @@ def _traces_show(args: argparse.Namespace) -> int:
     show_all = bool(args.trace_id or args.all)
     shown = spans if show_all else [s for s in spans if s.trace_id not in startup]
     if args.where or args.min_duration is not None:
+        candidates = {s.trace_id for s in shown}
         kept = {
             trace_id
-            for trace_id, members in by_trace.items()
-            if _matches(members, args.where) and _root_duration_s(members) >= (args.min_duration or 0.0)
+            for trace_id in candidates
+            if _matches(by_trace[trace_id], args.where)
+            and _root_duration_s(by_trace[trace_id]) >= (args.min_duration or 0.0)
         }
         shown = [s for s in shown if s.trace_id in kept]
-        print(f"{len({s.trace_id for s in shown})} of {len(by_trace)} traces match")
+        print(f"{len(kept)} of {len(candidates)} traces match")
     sys.stdout.write(render_trace_trees(shown, color=color, waterfall=args.waterfall))
     hidden = 0 if show_all else len(startup)
     if hidden:
@@ -103,15 +105,20 @@ def _condition(text: str) -> tuple[str, str]:
 
 
 def _matches(spans: list[Any], conditions: list[tuple[str, str]]) -> bool:
-    """Whether each condition holds on some span of the trace (its attributes, then its resource's)."""
+    """Whether each condition holds on some span of the trace: its attribute (else its resource's)
+    is the value, or an array attribute holds it."""
 
     def shown(value: object) -> str:
         return str(value).lower() if isinstance(value, bool) else str(value)
 
-    return all(
-        any(shown(span.attributes.get(key, span.resource.get(key))) == value for span in spans)
-        for key, value in conditions
-    )
+    def holds(span: Any, key: str, wanted: str) -> bool:
+        value = span.attributes[key] if key in span.attributes else span.resource.get(key)
+        if value is None:
+            return False
+        values = value if isinstance(value, list | tuple) else (value,)
+        return any(shown(item) == wanted for item in values)
+
+    return all(any(holds(span, key, wanted) for span in spans) for key, wanted in conditions)
 
 
 def _root_duration_s(spans: list[Any]) -> float:

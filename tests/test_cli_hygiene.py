@@ -173,7 +173,12 @@ def test_traces_show_keeps_the_traces_asked_for(tmp_path: Path, capsys: pytest.C
         )
         with trace.use_span(root, end_on_exit=False):
             step = tracer.start_span(
-                "agent_step", attributes={catalog.KAOS_OUTCOME: outcome}, start_time=second
+                "agent_step",
+                attributes={
+                    catalog.KAOS_OUTCOME: outcome,
+                    catalog.GEN_AI_RESPONSE_FINISH_REASONS: (outcome, "x"),
+                },
+                start_time=second,
             )
             step.end(end_time=2 * second)
         root.end(end_time=(1 + seconds) * second)
@@ -188,6 +193,8 @@ def test_traces_show_keeps_the_traces_asked_for(tmp_path: Path, capsys: pytest.C
     assert "1 of 3 traces match" in failed and "for bob" in failed and "for alice" not in failed
     assert "for bob" in shown("--where", "kaos.outcome=error", "--where", "user.id=bob")
     assert "0 of 3 traces match" in shown("--where", "kaos.outcome=error", "--where", "user.id=alice")
+    assert "for bob" in shown("--where", f"{catalog.GEN_AI_RESPONSE_FINISH_REASONS}=error")  # one of an array
+    assert "0 of 3 traces match" in shown("--where", "no.such.key=None")
     assert "for carol" in shown("--where", "service.name=coordinator", "--min-duration", "30")
     slow = shown("--min-duration", "30")
     assert "1 of 3 traces match" in slow and "for bob" not in slow

@@ -473,7 +473,7 @@ def test_a_long_structure_costs_what_its_cap_keeps() -> None:
 
 def test_a_structure_walked_whole_says_how_much_its_cut_removed() -> None:
     policy = ContentPolicy(max_value_length=1000)
-    records = [{"id": index} for index in range(500)]
+    records = [{"id": index} for index in range(90)]  # about 1,170 characters of JSON: walked whole
     text = to_attribute_value(records, policy)
     assert isinstance(text, str) and len(text) <= 1000
     assert text.endswith(f"...[truncated {len(json.dumps(records)) - 1000} chars]")
@@ -491,4 +491,12 @@ def test_a_long_log_value_is_walked_only_as_far_as_it_is_kept() -> None:
 
     value = to_log_value({"numbers": CountingList(range(1_000_000))}, ContentPolicy(max_value_length=1000))
     assert isinstance(value, dict) and isinstance(value["numbers"], str) and len(value["numbers"]) <= 1000
-    assert walked <= 20_000
+    assert walked <= 1_000  # the characters the cap keeps stopped it, not the 10,000-value budget
+
+
+def test_attribute_json_writes_keys_and_numbers_as_json_does_and_cuts_bytes_like_text() -> None:
+    policy = ContentPolicy(max_value_length=1000)
+    odd_keys = {None: 1, True: 2, 1.5: 3, "big": 2**70}
+    assert to_attribute_value(odd_keys, policy) == json.dumps(odd_keys)
+    blobs = to_attribute_value([b"\0" * 100_000] * 10_000, policy)
+    assert isinstance(blobs, str) and len(blobs) <= 1000 and blobs.endswith("...[truncated]")
