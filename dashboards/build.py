@@ -289,6 +289,13 @@ SECTIONS: tuple[Section, ...] = (
                 "Delegation duration percentiles in seconds.",
                 Quantiles(c.KAOS_DELEGATION_DURATION, ("p50", "p95"), (TARGET,)),
             ),
+            _panel(
+                "Delegation failures % by agent and target",
+                "Delegations with outcome=error as a percentage of one agent's delegations to one "
+                "sub-agent. Alert: above 5 %.",
+                Percent(c.KAOS_DELEGATIONS, ERROR, (A, TARGET)),
+                width=12,
+            ),
         ),
     ),
     Section(

@@ -74,7 +74,7 @@ class ModelClient:
                 return await _read_stream(response, model, on_delta, on_first_chunk, self._api_key)
         except httpx.HTTPError as exc:
             raise ModelError(f"model request failed: {type(exc).__name__}", type(exc).__name__) from exc
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ModelError(f"malformed model response: {type(exc).__name__}", "malformed_response") from exc
 
 
@@ -135,8 +135,11 @@ async def _read_stream(
         if data == "[DONE]":
             break
         chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise TypeError(f"a stream chunk that is no object: {type(chunk).__name__}")
         if "error" in chunk:
-            error_text = str(chunk["error"].get("message", "unknown error"))
+            error = chunk["error"]
+            error_text = str(error.get("message", "unknown error") if isinstance(error, dict) else error)
             raise ModelError(f"model stream failed: {_masked(error_text, api_key)}", "stream_error")
         if on_first_chunk is not None:
             on_first_chunk()

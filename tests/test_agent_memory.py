@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import psycopg
@@ -612,3 +613,44 @@ def test_agents_remember_over_http_and_survive_a_memory_outage(
         timeout=10,
     )
     _assert_no_ids_on_metrics(module_receiver)
+
+
+class _FailingLongTerm:
+    """Stands for LongTermMemory: its load or its search fails."""
+
+    def __init__(self, *, fail_load: bool = False) -> None:
+        self.fail_load = fail_load
+
+    def load(self) -> None:
+        if self.fail_load:
+            raise RuntimeError("mem0 could not start")
+
+    def search(self, owner: object, scope: object, query: str, limit: int) -> list[str]:
+        raise RuntimeError("vector store down")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_long_term_tier_that_failed_degrades_the_recall_and_its_span(
+    make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
+) -> None:
+    """A failed long-term search degrades its queued span (with the exception) and the recall; a
+    tier that failed to load at start-up degrades every recall after it."""
+    otel = _otel(make_otel)
+    failing = MemoryService("a", otel, RelationalStore("sqlite://"), cast(LongTermMemory, _FailingLongTerm()))
+    unloaded = MemoryService(
+        "b", otel, RelationalStore("sqlite://"), cast(LongTermMemory, _FailingLongTerm(fail_load=True))
+    )
+    for memory in (failing, unloaded):
+        await memory.start()
+        recalled = await memory.recall(memory.owner("u", "s"), MemoryScope.SESSION, "where is my order?")
+        assert recalled.degraded
+        assert not (await memory.recall(memory.owner("u", "s"), MemoryScope.SESSION, "")).degraded  # no query
+        await memory.aclose()
+    otel.force_flush()
+    assert otlp_receiver.wait_for(lambda r: any(s.name == "long-term search" for s in r.spans()), 10)
+    (search,) = [s for s in otlp_receiver.spans() if s.name == "long-term search"]
+    assert search.attributes[catalog.KAOS_OUTCOME] == "degraded"
+    assert search.attributes[catalog.ERROR_TYPE] == "RuntimeError"
+    assert [e.name for e in search.events] == ["exception"]

@@ -160,7 +160,7 @@ def test_ratios_are_0_not_empty_when_nothing_failed(tmp_path: Path) -> None:
     for rule in _rules():
         if rule["alert"] in RATIO_ALERTS:
             expressions[rule["alert"]] = re.sub(r"\)\s*>\s*[0-9.]+\s*$", ")", rule["expr"].strip())
-    assert len(expressions) == 8, sorted(expressions)
+    assert len(expressions) == 9, sorted(expressions)
     ok = '{job="kaos-agent", %s, kaos_outcome="success"}'
     series = [
         "kaos_requests_total" + ok % 'gen_ai_agent_name="coordinator", kaos_request_origin="user"',

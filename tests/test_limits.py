@@ -172,6 +172,32 @@ async def test_model_endpoint_errors_are_masked_before_they_reach_anyone() -> No
         assert api_key not in str(raised.value) and "[REDACTED]" in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("status", "body", "stream", "reason"),
+    [
+        (429, b'{"error": {"message": "slow down"}}', False, "429"),
+        (200, b'{"choices": ["not a choice"]}', False, "malformed_response"),
+        (200, b'data: {"error": "overloaded"}\n\n', True, "stream_error"),
+        (200, b"data: [1, 2]\n\n", True, "malformed_response"),
+    ],
+)
+async def test_every_model_failure_is_a_model_error_naming_what_failed(
+    status: int, body: bytes, stream: bool, reason: str
+) -> None:
+    """What becomes the chat span's ``error.type``: the status, or what was wrong with the reply."""
+
+    def endpoint(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as http:
+        client = ModelClient("http://model.invalid/v1", http, None)
+        with pytest.raises(ModelError) as raised:
+            await client.complete(
+                "m", [ChatMessage(role="user", content="hi")], (), print if stream else None
+            )
+    assert raised.value.reason == reason
+
+
 def test_credentials_in_exporter_urls_are_masked_in_diagnostics(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="kaos_otel")
     url = "https://ingest:hunter2@collector.example:4318/v1/traces?token=tok-123456&sig=abcdef"

@@ -35,6 +35,7 @@ from kaos_otel import (
     MemoryScope,
     MemoryTier,
     Outcome,
+    SpanHandle,
     catalog,
     create_background_task,
     run_in_executor_in_context,
@@ -153,6 +154,8 @@ class MemoryService:
         """What recall may put into a prompt: the window, and as much again of summaries and facts."""
         self.relational = relational
         self.long_term = long_term
+        self._long_term_configured = long_term is not None
+        """Long-term memory was asked for: a run without it (it failed to load) is degraded."""
         self._otel = otel
         self._tasks: set[asyncio.Task[None]] = set()
         self._faults = faults
@@ -203,11 +206,13 @@ class MemoryService:
             op.set_record_count(len(summaries or ()))
             op.set_content(catalog.GEN_AI_MEMORY_RECORDS, [s.content for s in summaries or ()])
         facts: list[str] | None = []
-        if self.long_term is not None and query:
-            long_term = self.long_term  # mem0 is traced by Mem0Instrumentor (its own span)
+        long_term = self.long_term
+        if long_term is not None and query:  # mem0 is traced by Mem0Instrumentor (its own span)
             facts = await self._in_long_term_thread(
                 "long-term search", None, lambda: long_term.search(owner, scope, query, RECALL_FACTS)
             )
+        elif self._long_term_configured and query:
+            facts = None  # it failed to load at start-up: no facts for any run
         degraded = turns is None or summaries is None or facts is None  # a tier could not be read
         recall = Recall(tuple(turns or ()), tuple(summaries or ()), tuple(facts or ()), degraded)
         return recall.within(self.recall_tokens)
@@ -299,11 +304,11 @@ class MemoryService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _with_faults(self, op: MemoryOperation | None, call: Callable[[], T]) -> Callable[[], T]:
-        """A relational call (``op`` traces it), subject to the demo's memory faults when a fault
-        switch is set. Long-term calls get them inside Mem0, under its own span
+    def _with_faults(self, call: Callable[[], T]) -> Callable[[], T]:
+        """A relational call, subject to the demo's memory faults when a fault switch is set.
+        Long-term calls get them inside Mem0, under its own span
         (:class:`~instrumented_agent.memory.long_term.LongTermMemory`)."""
-        return call if self._faults is None or op is None else partial(self._faults.memory_call, call)
+        return call if self._faults is None else partial(self._faults.memory_call, call)
 
     def _operation(
         self, tier: MemoryTier, operation: str, scope: MemoryScope, owner: Owner
@@ -321,15 +326,18 @@ class MemoryService:
     async def _in_thread(
         self,
         what: str,
-        op: MemoryOperation | None,
+        op: SpanHandle | None,
         fallback: T,
         call: Callable[[], T],
         executor: Executor | None = None,
     ) -> T:
         """Run a backend call in a thread (of ``executor``, else the loop's default pool), in the
-        caller's context; on failure degrade ``op`` (if any), log, return ``fallback``."""
+        caller's context; on failure degrade ``op`` (if any), log, return ``fallback``. A
+        relational operation's call (``op`` a memory operation) is subject to the demo's faults."""
+        if isinstance(op, MemoryOperation):
+            call = self._with_faults(call)
         try:
-            return await run_in_executor_in_context(executor, self._with_faults(op, call))
+            return await run_in_executor_in_context(executor, call)
         except Exception as exc:
             _log.warning("memory %s degraded: %s", what, type(exc).__name__)
             if op is not None:
@@ -344,8 +352,8 @@ class MemoryService:
         Mem0 calls take turns, so each runs in a span of its own (``long-term search``...) from
         the moment it is queued: the wait behind earlier calls is the gap before Mem0's span,
         and a request that gives up ends it ``canceled`` (a call already running goes on)."""
-        with self._otel.span(what):
-            return await self._in_thread(what, None, fallback, call, self._long_term_thread)
+        with self._otel.span(what) as waiting:  # degraded, with the exception, when the call fails
+            return await self._in_thread(what, waiting, fallback, call, self._long_term_thread)
 
 
 def _returning_true(call: Callable[[], object]) -> Callable[[], bool]:
