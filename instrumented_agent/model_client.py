@@ -74,7 +74,7 @@ class ModelClient:
                 return await _read_stream(response, model, on_delta, on_first_chunk, self._api_key)
         except httpx.HTTPError as exc:
             raise ModelError(f"model request failed: {type(exc).__name__}", type(exc).__name__) from exc
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
             raise ModelError(f"malformed model response: {type(exc).__name__}", "malformed_response") from exc
 
 
@@ -124,7 +124,8 @@ async def _read_stream(
 ) -> Completion:
     """Assemble a streamed completion (content, tool-call fragments by index, usage)."""
     content: list[str] = []
-    calls: dict[int, dict[str, str]] = {}
+    calls: dict[object, dict[str, str]] = {}  # by index, or by id from a server that sends none
+    last_call: object = 0
     finish_reason = "stop"
     usage = Usage()
     completion_id, response_model = "", model
@@ -154,9 +155,9 @@ async def _read_stream(
                 content.append(delta["content"])
                 on_delta(delta["content"])
             for fragment in delta.get("tool_calls") or ():
-                call = calls.setdefault(
-                    int(fragment.get("index", 0)), {"id": "", "name": "", "arguments": ""}
-                )
+                index = fragment.get("index")
+                last_call = index if isinstance(index, int) else fragment.get("id") or last_call
+                call = calls.setdefault(last_call, {"id": "", "name": "", "arguments": ""})
                 function = fragment.get("function") or {}
                 call["id"] = fragment.get("id") or call["id"]
                 call["name"] += function.get("name") or ""
@@ -164,7 +165,7 @@ async def _read_stream(
             finish_reason = choice.get("finish_reason") or finish_reason
     tool_calls = [
         ToolCall(id=c["id"], function=ToolFunction(name=c["name"], arguments=c["arguments"] or "{}"))
-        for _, c in sorted(calls.items())
+        for c in calls.values()
     ]
     message = ChatMessage(role="assistant", content="".join(content) or None, tool_calls=tool_calls or None)
     return Completion(completion_id, response_model, message, finish_reason, usage)

@@ -361,9 +361,11 @@ class _BoundedWalk:
         flattened = self.convert(item, depth, [self._limit + REDACTION_MARGIN])
         cut, self._cut = self._cut, self._cut or cut_elsewhere
         text = json.dumps(flattened, default=safe_str, ensure_ascii=False)
-        if len(text) <= self._limit:
-            return text
-        return self._policy.clean_text(text, self._limit, _CUT_SHORT if cut else None)
+        if not cut:
+            return text if len(text) <= self._limit else self._policy.clean_text(text, self._limit)
+        if len(text) + len(_CUT_SHORT) <= self._limit:  # cut inside, yet short enough: say so all the same
+            return text + _CUT_SHORT
+        return self._policy.clean_text(text, self._limit, _CUT_SHORT)
 
     def convert(self, item: object, depth: int, room: list[int] | None) -> AnyValue:
         """``item`` bounded; ``room``: for a structure becoming text, the characters it may still
@@ -379,7 +381,7 @@ class _BoundedWalk:
             if room is None:
                 return item if -(2**63) <= item < 2**63 else safe_str(item)  # OTLP: 64-bit integers
             if item.bit_length() <= _MAX_JSON_INT_BITS:  # a JSON number, as json.dumps writes it
-                self._take(room, item.bit_length() // 3 + 2)
+                self._take(room, int(item.bit_length() * 0.30103) + 3)  # its digits, sign, separator
                 return item
         if isinstance(item, bytes) and room is None:
             return item[: self._limit]
@@ -390,9 +392,9 @@ class _BoundedWalk:
             if room is None:
                 return self._policy.bound_size(text, self._limit)
             cap = min(self._limit, room[0])
-            if len(text) > cap:  # cut without a marker of its own: the text's end says so
-                self._cut = True
-                text = text[:cap]
+            if len(text) > cap:  # cleaned as it is cut (a secret the cut goes through is masked
+                self._cut = True  # whole), without a marker of its own: the text's end says so
+                text = self._policy.clean_text(text, cap, "")
             self._take(room, len(text) + 2)
             return text
         if id(item) in self._on_path:
@@ -413,7 +415,7 @@ class _BoundedWalk:
                         self._cut = True
                         mapping[_MORE] = _MORE
                         break
-                    name = _key_text(key)[: self._limit]
+                    name = (safe_str(key) if room is None else _key_text(key))[: self._limit]
                     self._take(room, len(name) + 4)
                     mapping[name] = self.convert(member, depth + 1, room)
                 return mapping

@@ -541,6 +541,7 @@ class NoopSpanHandle(SpanHandle):
         self._parent_context = Context()
         self._mark = _SpanMark(self._parent_context, ended=True)
         self._context = self._parent_context
+        self._started = time.perf_counter()
         self._outcome = None
         self._error_type = None
         self._on_end = None

@@ -647,6 +647,9 @@ async def test_a_long_term_tier_that_failed_degrades_the_recall_and_its_span(
         recalled = await memory.recall(memory.owner("u", "s"), MemoryScope.SESSION, "where is my order?")
         assert recalled.degraded
         assert not (await memory.recall(memory.owner("u", "s"), MemoryScope.SESSION, "")).degraded  # no query
+        if memory is unloaded:  # its facts may still be stored: the forget cannot say they are gone
+            forgotten = await memory.forget(memory.owner("u", "s"), MemoryScope.SESSION)
+            assert forgotten.degraded == ["long_term"]
         await memory.aclose()
     otel.force_flush()
     assert otlp_receiver.wait_for(lambda r: any(s.name == "long-term search" for s in r.spans()), 10)

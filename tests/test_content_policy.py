@@ -500,3 +500,19 @@ def test_attribute_json_writes_keys_and_numbers_as_json_does_and_cuts_bytes_like
     assert to_attribute_value(odd_keys, policy) == json.dumps(odd_keys)
     blobs = to_attribute_value([b"\0" * 100_000] * 10_000, policy)
     assert isinstance(blobs, str) and len(blobs) <= 1000 and blobs.endswith("...[truncated]")
+
+
+def test_a_secret_a_cut_inside_json_text_goes_through_is_masked_whole() -> None:
+    """A string cut where the cap's room runs out is cleaned as it is cut, and the text says it
+    was cut even when what is left fits under the cap."""
+    policy = ContentPolicy(max_value_length=200)
+    url = "https://admin:Sup3rS3cretPassw0rd@db.example/x"
+    for cut_at in range(150, 200, 7):  # the cut falls before, inside and after the password
+        text = to_attribute_value(["a" * cut_at + " " + url + " " + "b" * 400, 1], policy)
+        assert isinstance(text, str) and len(text) <= 200
+        assert "Sup3r" not in str(policy.clean_attribute("messages", text)), cut_at
+        assert text.endswith("...[truncated]"), text
+    many_numbers = to_attribute_value(
+        {"ids": [2**62 + i for i in range(200)], "note": "n" * 9000}, ContentPolicy()
+    )
+    assert isinstance(many_numbers, str) and many_numbers.endswith("...[truncated]")

@@ -179,6 +179,7 @@ async def test_model_endpoint_errors_are_masked_before_they_reach_anyone() -> No
         (200, b'{"choices": ["not a choice"]}', False, "malformed_response"),
         (200, b'data: {"error": "overloaded"}\n\n', True, "stream_error"),
         (200, b"data: [1, 2]\n\n", True, "malformed_response"),
+        (200, b"[" * 100_000, False, "malformed_response"),  # too deep for the JSON parser
     ],
 )
 async def test_every_model_failure_is_a_model_error_naming_what_failed(

@@ -264,6 +264,9 @@ class MemoryService:
             forgotten.deleted[MemoryTier.LONG_TERM.value] = facts
             if facts is None:
                 forgotten.degraded.append(MemoryTier.LONG_TERM.value)
+        elif self._long_term_configured:  # it failed to load: its facts are still stored
+            forgotten.deleted[MemoryTier.LONG_TERM.value] = None
+            forgotten.degraded.append(MemoryTier.LONG_TERM.value)
         return forgotten
 
     async def _compact(self, owner: Owner, window: int) -> int:
@@ -286,6 +289,8 @@ class MemoryService:
         _log.info("compacted %d turns into summary version %d", len(compaction.folded), compaction.version)
         if self.long_term is not None:
             self._extract_later(self.long_term, owner, compaction)
+        elif self._long_term_configured:
+            _log.warning("long-term extraction skipped: long-term memory did not load")
         return compaction.window_tokens
 
     def _extract_later(self, long_term: LongTermMemory, owner: Owner, compaction: Compaction) -> None:
