@@ -68,7 +68,8 @@ def exercise_every_metric(otel: AgentTelemetry, health: TelemetryHealth) -> None
         with otel.agent_step(run):
             with otel.memory_operation(MemoryTier.LONG_TERM, "search_memory", scope=MemoryScope.USER):
                 pass
-            with otel.model_call("planner", "gpt-4o-mini") as call:
+            with otel.model_call("planner", "gpt-4o-mini", stream=True) as call:
+                call.record_first_chunk()
                 call.record_usage(100, 20)
             try:
                 with otel.model_call("planner", "gpt-4o-mini"):
