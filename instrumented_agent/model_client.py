@@ -83,7 +83,7 @@ def _raise_for_status(response: httpx.Response, api_key: str | None) -> None:
         return
     try:
         message = str(response.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         message = response.reason_phrase
     raise ModelError(
         f"model answered HTTP {response.status_code}: {_masked(message, api_key)}", str(response.status_code)
@@ -156,6 +156,8 @@ async def _read_stream(
                 on_delta(delta["content"])
             for fragment in delta.get("tool_calls") or ():
                 index = fragment.get("index")
+                if isinstance(index, str) and index.isdigit():
+                    index = int(index)
                 last_call = index if isinstance(index, int) else fragment.get("id") or last_call
                 call = calls.setdefault(last_call, {"id": "", "name": "", "arguments": ""})
                 function = fragment.get("function") or {}
@@ -163,9 +165,11 @@ async def _read_stream(
                 call["name"] += function.get("name") or ""
                 call["arguments"] += function.get("arguments") or ""
             finish_reason = choice.get("finish_reason") or finish_reason
+    indexes = [key for key in calls if isinstance(key, int)]
+    ordered = [calls[key] for key in sorted(indexes)] if len(indexes) == len(calls) else list(calls.values())
     tool_calls = [
         ToolCall(id=c["id"], function=ToolFunction(name=c["name"], arguments=c["arguments"] or "{}"))
-        for c in calls.values()
+        for c in ordered
     ]
     message = ChatMessage(role="assistant", content="".join(content) or None, tool_calls=tool_calls or None)
     return Completion(completion_id, response_model, message, finish_reason, usage)

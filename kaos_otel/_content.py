@@ -115,7 +115,16 @@ class ContentPolicy:
         # request's thread, for about a second per megabyte.
         if marker is None:
             marker = f"...[truncated {len(text) - limit} chars]"
-        return self.redactor(text[:scanned])[: max(0, limit - len(marker))] + marker
+        redacted = self.redactor(text[:scanned])
+        # The scan's end may cut a secret, which is then not matched, and masking may have
+        # shortened what comes before it: nothing from the scan's last REDACTION_MARGIN is kept,
+        # unless a mask covers it.
+        last_mask = redacted.rfind(REDACTED)
+        covered = last_mask + len(REDACTED) if last_mask >= 0 else 0
+        safe = max(covered, len(redacted) - REDACTION_MARGIN)
+        if len(marker) >= limit:
+            return redacted[: max(0, min(limit, safe))]
+        return redacted[: max(0, min(limit - len(marker), safe))] + marker
 
     def bound_size(self, text: str, limit: int | None = None) -> str:
         """``text`` as it is if within the cap (``limit``, default :attr:`max_text_length`), else
@@ -301,7 +310,11 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
     if not isinstance(value, Mapping | list | tuple):
         # a UUID, a path, an enum: its plain text, not a JSON string literal in quotes
         return policy.bound_size(safe_str(value), policy.max_value_length)
-    if isinstance(value, (list, tuple)) and all(isinstance(item, (str, bool, int, float)) for item in value):
+    if (
+        isinstance(value, (list, tuple))
+        and len(value) <= _MAX_STRUCTURE_ITEMS  # longer ones: JSON text, walked as far as the cap keeps
+        and all(isinstance(item, (str, bool, int, float)) for item in value)
+    ):
         kinds = {type(item) for item in value}
         if len(kinds) <= 1:
             return tuple(
@@ -363,9 +376,12 @@ class _BoundedWalk:
         text = json.dumps(flattened, default=safe_str, ensure_ascii=False)
         if not cut:
             return text if len(text) <= self._limit else self._policy.clean_text(text, self._limit)
-        if len(text) + len(_CUT_SHORT) <= self._limit:  # cut inside, yet short enough: say so all the same
+        room = self._limit - len(_CUT_SHORT)  # cut inside: the end says so, whatever the length
+        if len(text) <= room:
             return text + _CUT_SHORT
-        return self._policy.clean_text(text, self._limit, _CUT_SHORT)
+        if room <= 0:
+            return self._policy.clean_text(text, self._limit, "")
+        return self._policy.clean_text(text, room, "") + _CUT_SHORT
 
     def convert(self, item: object, depth: int, room: list[int] | None) -> AnyValue:
         """``item`` bounded; ``room``: for a structure becoming text, the characters it may still
@@ -374,8 +390,11 @@ class _BoundedWalk:
         if self._spent(room) or (room is not None and depth >= _MAX_FLATTENED_DEPTH):
             self._cut = True
             return _MORE
-        if item is None or isinstance(item, bool | float):
-            self._take(room, 5)
+        if item is None or isinstance(item, bool):
+            self._take(room, 7)
+            return item
+        if isinstance(item, float):
+            self._take(room, len(repr(item)) + 2)
             return item
         if isinstance(item, int):
             if room is None:
@@ -383,20 +402,14 @@ class _BoundedWalk:
             if item.bit_length() <= _MAX_JSON_INT_BITS:  # a JSON number, as json.dumps writes it
                 self._take(room, int(item.bit_length() * 0.30103) + 3)  # its digits, sign, separator
                 return item
-        if isinstance(item, bytes) and room is None:
-            return item[: self._limit]
         if not isinstance(item, Mapping | list | tuple):
-            if isinstance(item, bytes):
-                item = item[: self._limit if room is None else min(self._limit, room[0])]
-            text = item if isinstance(item, str) else safe_str(item)
             if room is None:
-                return self._policy.bound_size(text, self._limit)
-            cap = min(self._limit, room[0])
-            if len(text) > cap:  # cleaned as it is cut (a secret the cut goes through is masked
-                self._cut = True  # whole), without a marker of its own: the text's end says so
-                text = self._policy.clean_text(text, cap, "")
-            self._take(room, len(text) + 2)
-            return text
+                if isinstance(item, bytes):
+                    return item[: self._limit]
+                return self._policy.bound_size(item if isinstance(item, str) else safe_str(item), self._limit)
+            if isinstance(item, bytes):  # as its text: what the cap keeps, and what redaction scans
+                item = item[: min(self._limit, room[0]) + REDACTION_MARGIN]
+            return self._cut_to_room(item if isinstance(item, str) else safe_str(item), room)
         if id(item) in self._on_path:
             return "<cycle>"
         if room is None:
@@ -415,9 +428,21 @@ class _BoundedWalk:
                         self._cut = True
                         mapping[_MORE] = _MORE
                         break
-                    name = (safe_str(key) if room is None else _key_text(key))[: self._limit]
-                    self._take(room, len(name) + 4)
-                    mapping[name] = self.convert(member, depth + 1, room)
+                    if room is None:
+                        name = safe_str(key)
+                        name = (
+                            name
+                            if len(name) <= self._limit
+                            else self._policy.clean_text(name, self._limit, "")
+                        )
+                        mapping[name] = self.convert(member, depth + 1, room)
+                        continue
+                    name = self._cut_to_room(_key_text(key), room)
+                    if not _is_empty(member) and self._policy._is_secret_named(name):
+                        # masked whole, whatever it holds (as the export layer masks a structure)
+                        mapping[name] = self._cut_to_room(REDACTED, room)
+                    else:
+                        mapping[name] = self.convert(member, depth + 1, room)
                 return mapping
             members: list[AnyValue] = []
             for member in item:
@@ -432,6 +457,18 @@ class _BoundedWalk:
         finally:
             self._on_path.discard(id(item))
 
+    def _cut_to_room(self, text: str, room: list[int]) -> str:
+        """``text`` as far as the room and the cap keep it, cleaned as it is cut (a secret the cut
+        goes through is masked whole), without a marker of its own: the whole text's end says so.
+        A cut string takes all the room it was given, so a walk cuts (and scans) few of them."""
+        cap = min(self._limit, room[0])
+        if len(text) <= cap:
+            self._take(room, len(text) + 4)
+            return text
+        self._cut = True
+        self._take(room, cap + 4)
+        return self._policy.clean_text(text, cap, "")
+
     @staticmethod
     def _take(room: list[int] | None, characters: int) -> None:
         """Count ``characters`` of JSON text against ``room`` (when becoming text)."""
@@ -440,6 +477,11 @@ class _BoundedWalk:
 
     def _spent(self, room: list[int] | None) -> bool:
         return self._budget < 0 or (room is not None and room[0] <= 0)
+
+
+def _is_empty(value: object) -> bool:
+    """``None`` or an empty string, bytes or container: nothing under a secret-named key to mask."""
+    return value is None or (isinstance(value, str | bytes | Mapping | list | tuple) and not len(value))
 
 
 def _key_text(key: object) -> str:

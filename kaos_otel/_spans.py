@@ -541,10 +541,14 @@ class NoopSpanHandle(SpanHandle):
         self._parent_context = Context()
         self._mark = _SpanMark(self._parent_context, ended=True)
         self._context = self._parent_context
-        self._started = time.perf_counter()
         self._outcome = None
         self._error_type = None
         self._on_end = None
+
+    @property
+    def elapsed_s(self) -> float:
+        """``0.0``: the shared no-op handle did not begin anything."""
+        return 0.0
 
     def set_attribute(self, key: str, value: object) -> None:
         """Do nothing."""

@@ -516,3 +516,23 @@ def test_a_secret_a_cut_inside_json_text_goes_through_is_masked_whole() -> None:
         {"ids": [2**62 + i for i in range(200)], "note": "n" * 9000}, ContentPolicy()
     )
     assert isinstance(many_numbers, str) and many_numbers.endswith("...[truncated]")
+
+
+def test_a_secret_the_scan_window_cuts_is_not_kept_when_masking_shortened_the_text() -> None:
+    """The scan stops REDACTION_MARGIN past the cap: a secret it cuts is not matched, and masking
+    before it moves the cut later. Nothing of it is kept, as a plain string or inside JSON."""
+    policy = ContentPolicy()
+    limit = policy.max_value_length
+    token = "ghp_" + "Q7wX9kLm2Np4Rt6Vy8Za1Bc3De5Fg7Hj9K0"
+    text = "token=" + "x" * (limit + REDACTION_MARGIN - 36) + " " + token + " tail"  # 29 of it scanned
+    for value in (text, [1, text], {"note": text}):
+        exported = str(policy.clean_attribute("k", to_attribute_value(value, policy)))
+        assert "ghp_Q7wX9k" not in exported and "token=[REDACTED]" in exported, value.__class__
+
+
+def test_a_structure_under_a_secret_named_key_is_masked_whole_in_json_text() -> None:
+    policy = ContentPolicy()
+    value = {"db": {"credentials": {"user": "bob", "pass": "hunter2"}}, "api_key": ["k-9f8e7d"], "n": 1}
+    text = to_attribute_value(value, policy)
+    assert isinstance(text, str) and "hunter2" not in text and "k-9f8e7d" not in text
+    assert json.loads(text) == {"db": {"credentials": "[REDACTED]"}, "api_key": "[REDACTED]", "n": 1}
