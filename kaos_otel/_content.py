@@ -314,6 +314,7 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
         isinstance(value, (list, tuple))
         and len(value) <= _MAX_STRUCTURE_ITEMS  # longer ones: JSON text, walked as far as the cap keeps
         and all(isinstance(item, (str, bool, int, float)) for item in value)
+        and sum(isinstance(item, str) and len(item) > policy.max_value_length for item in value) <= _MAX_SCANS
     ):
         kinds = {type(item) for item in value}
         if len(kinds) <= 1:
@@ -346,6 +347,9 @@ _MAX_FLATTENED_DEPTH = 64
 _MORE = "..."
 """What stands for the values a walk did not keep."""
 
+_MAX_SCANS = 16
+"""Strings one walk cuts, each scanned for secrets as it is cut; the next are markers."""
+
 _MAX_JSON_INT_BITS = 4096
 """Integers up to this size (about 1,230 digits) stay numbers in JSON text; larger ones become
 text (Python refuses to print integers past 4,300 digits)."""
@@ -356,15 +360,16 @@ _CUT_SHORT = "...[truncated]"
 
 class _BoundedWalk:
     """One walk over a value that stops where its result stops being kept: after
-    :data:`_MAX_WALKED_VALUES` values and, for a structure becoming JSON text, once the text
-    would pass the cap."""
+    :data:`_MAX_WALKED_VALUES` values, after :data:`_MAX_SCANS` strings cut (each cut is scanned
+    for secrets) and, for a structure becoming JSON text, once the text would pass the cap."""
 
-    __slots__ = ("_budget", "_cut", "_limit", "_on_path", "_policy")
+    __slots__ = ("_budget", "_cut", "_limit", "_on_path", "_policy", "_scans")
 
     def __init__(self, policy: ContentPolicy) -> None:
         self._policy = policy
         self._limit = policy.max_value_length
         self._budget = _MAX_WALKED_VALUES
+        self._scans = _MAX_SCANS
         self._on_path: set[int] = set()
         self._cut = False
 
@@ -375,13 +380,13 @@ class _BoundedWalk:
         cut, self._cut = self._cut, self._cut or cut_elsewhere
         text = json.dumps(flattened, default=safe_str, ensure_ascii=False)
         if not cut:
-            return text if len(text) <= self._limit else self._policy.clean_text(text, self._limit)
+            return self._cleaned(text, self._limit, None)
         room = self._limit - len(_CUT_SHORT)  # cut inside: the end says so, whatever the length
         if len(text) <= room:
             return text + _CUT_SHORT
         if room <= 0:
-            return self._policy.clean_text(text, self._limit, "")
-        return self._policy.clean_text(text, room, "") + _CUT_SHORT
+            return self._cleaned(text, self._limit, "")
+        return self._cleaned(text, room, "") + _CUT_SHORT
 
     def convert(self, item: object, depth: int, room: list[int] | None) -> AnyValue:
         """``item`` bounded; ``room``: for a structure becoming text, the characters it may still
@@ -394,7 +399,8 @@ class _BoundedWalk:
             self._take(room, 7)
             return item
         if isinstance(item, float):
-            self._take(room, len(repr(item)) + 2)
+            if room is not None:
+                self._take(room, len(safe_str(item)) + 2)
             return item
         if isinstance(item, int):
             if room is None:
@@ -404,12 +410,10 @@ class _BoundedWalk:
                 return item
         if not isinstance(item, Mapping | list | tuple):
             if room is None:
-                if isinstance(item, bytes):
-                    return item[: self._limit]
-                return self._policy.bound_size(item if isinstance(item, str) else safe_str(item), self._limit)
-            if isinstance(item, bytes):  # as its text: what the cap keeps, and what redaction scans
-                item = item[: min(self._limit, room[0]) + REDACTION_MARGIN]
-            return self._cut_to_room(item if isinstance(item, str) else safe_str(item), room)
+                if isinstance(item, bytes) and len(item) <= self._limit:
+                    return item
+                return self._cleaned(_text_of(item, self._limit), self._limit, None)
+            return self._cut_to_room(_text_of(item, min(self._limit, room[0])), room)
         if id(item) in self._on_path:
             return "<cycle>"
         if room is None:
@@ -428,21 +432,20 @@ class _BoundedWalk:
                         self._cut = True
                         mapping[_MORE] = _MORE
                         break
+                    full = safe_str(key) if room is None and not isinstance(key, bytes) else _key_text(key)
+                    # named a secret (by its whole name, before any cut): masked whole, whatever it
+                    # holds, as the export layer masks a structure
+                    secret = not _is_empty(member) and self._policy._is_secret_named(full)
                     if room is None:
-                        name = safe_str(key)
-                        name = (
-                            name
-                            if len(name) <= self._limit
-                            else self._policy.clean_text(name, self._limit, "")
-                        )
-                        mapping[name] = self.convert(member, depth + 1, room)
-                        continue
-                    name = self._cut_to_room(_key_text(key), room)
-                    if not _is_empty(member) and self._policy._is_secret_named(name):
-                        # masked whole, whatever it holds (as the export layer masks a structure)
-                        mapping[name] = self._cut_to_room(REDACTED, room)
+                        name = self._cleaned(full, self._limit, "")
+                        mapping[name] = REDACTED if secret else self.convert(member, depth + 1, room)
                     else:
-                        mapping[name] = self.convert(member, depth + 1, room)
+                        name = self._cut_to_room(full, room)
+                        mapping[name] = (
+                            self._cut_to_room(REDACTED, room)
+                            if secret
+                            else self.convert(member, depth + 1, room)
+                        )
                 return mapping
             members: list[AnyValue] = []
             for member in item:
@@ -467,7 +470,18 @@ class _BoundedWalk:
             return text
         self._cut = True
         self._take(room, cap + 4)
-        return self._policy.clean_text(text, cap, "")
+        return self._cleaned(text, cap, "")
+
+    def _cleaned(self, text: str, cap: int, marker: str | None) -> str:
+        """``text`` if within ``cap``, else cleaned as it is cut; past the walk's scan budget, a
+        marker in its place (a thousand long strings must not cost a thousand scans)."""
+        if len(text) <= cap:
+            return text
+        self._scans -= 1
+        if self._scans < 0:
+            self._cut = True
+            return _MORE[:cap]
+        return self._policy.clean_text(text, cap, marker)
 
     @staticmethod
     def _take(room: list[int] | None, characters: int) -> None:
@@ -479,6 +493,14 @@ class _BoundedWalk:
         return self._budget < 0 or (room is not None and room[0] <= 0)
 
 
+def _text_of(item: object, cap: int) -> str:
+    """A value that is no structure as text: bytes as far as ``cap`` and the redaction margin keep
+    them (decoded, so that a secret in them is recognised), anything else as ``str()``."""
+    if isinstance(item, bytes):
+        return item[: cap + REDACTION_MARGIN].decode("utf-8", "replace")
+    return item if isinstance(item, str) else safe_str(item)
+
+
 def _is_empty(value: object) -> bool:
     """``None`` or an empty string, bytes or container: nothing under a secret-named key to mask."""
     return value is None or (isinstance(value, str | bytes | Mapping | list | tuple) and not len(value))
@@ -486,9 +508,11 @@ def _is_empty(value: object) -> bool:
 
 def _key_text(key: object) -> str:
     """A mapping key as ``json.dumps`` writes one (``None`` is ``null``, ``True`` is ``true``, a
-    number its JSON text), any other key as its text."""
+    number its JSON text), bytes decoded, any other key as its text."""
     if isinstance(key, str):
         return key
+    if isinstance(key, bytes):
+        return key.decode("utf-8", "replace")
     if key is None or isinstance(key, bool | int | float):
         try:
             return json.dumps(key)

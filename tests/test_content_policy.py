@@ -536,3 +536,23 @@ def test_a_structure_under_a_secret_named_key_is_masked_whole_in_json_text() -> 
     text = to_attribute_value(value, policy)
     assert isinstance(text, str) and "hunter2" not in text and "k-9f8e7d" not in text
     assert json.loads(text) == {"db": {"credentials": "[REDACTED]"}, "api_key": "[REDACTED]", "n": 1}
+
+
+def test_log_values_mask_by_whole_key_names_clean_long_bytes_and_scan_few_strings() -> None:
+    scans: list[int] = []
+
+    def counting_redactor(text: str) -> str:
+        scans.append(len(text))
+        return default_redactor(text)
+
+    short_cap = ContentPolicy(max_value_length=16)
+    masked = to_log_value({"database_password": "hunter2", b"api_key": "k-9f8e7d"}, short_cap)
+    assert isinstance(masked, dict) and set(masked.values()) == {"[REDACTED]"}, masked  # cut names too
+    token = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    policy = ContentPolicy(redactor=counting_redactor)
+    blob = to_log_value(("x" * (policy.max_value_length - 30) + " " + token + " tail").encode(), policy)
+    assert isinstance(blob, str) and "A1b2C3" not in blob  # bytes over the cap: cleaned as text
+    scans.clear()
+    big = "y" * 20_000
+    to_log_value({"a": [[big] * 200 for _ in range(49)]}, policy)  # 9,800 long strings
+    assert len(scans) <= 20, len(scans)
