@@ -407,6 +407,16 @@ def test_a_secret_under_a_key_with_a_suffix_is_masked(text: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "value",
+    [['DB_PASSWORD="hunter2x"', "PORT=5432"], {"args": 'password="hunter2x"'}, "api_key='hunter2x'"],
+)
+def test_a_quoted_secret_inside_json_text_is_masked(value: object) -> None:
+    """A quoted value ends where its quote does, also when the quote is escaped in JSON text (a
+    list of environment lines set as one attribute): the string's own closing quote follows."""
+    assert "hunter2" not in default_redactor(json.dumps(value))
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "password_policy: strict",
