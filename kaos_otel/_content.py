@@ -168,10 +168,11 @@ class ContentPolicy:
         cleaned)."""
         if value and self._is_secret_named(key):
             return REDACTED
-        kept = value[: self.max_value_length]
-        text = kept.decode("utf-8", "replace")
-        cleaned = self.clean_text(text, self.max_value_length)
-        return kept if cleaned == text else cleaned
+        limit = self.max_value_length
+        text = _text_of(value, limit)  # what is kept and the margin past it: a secret the cut goes through
+        if self.redactor(text) == text:
+            return value[:limit]
+        return self.clean_text(text, limit)
 
     def _clean_structured(self, key: str, value: object, depth: int) -> object:
         if value is None:

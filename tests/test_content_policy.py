@@ -556,3 +556,12 @@ def test_log_values_mask_by_whole_key_names_clean_long_bytes_and_scan_few_string
     big = "y" * 20_000
     to_log_value({"a": [[big] * 200 for _ in range(49)]}, policy)  # 9,800 long strings
     assert len(scans) <= 20, len(scans)
+
+
+def test_exported_bytes_cut_through_a_secret_are_masked_whole() -> None:
+    """The export layer cuts bytes as it cuts text: a secret the cut goes through is masked."""
+    policy = ContentPolicy()
+    token = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    exported = policy.clean_attribute("blob", ("x" * (policy.max_value_length - 30) + " " + token).encode())
+    assert "A1b2C3" not in str(exported)
+    assert policy.clean_attribute("blob", b"plain bytes") == b"plain bytes"
