@@ -39,6 +39,13 @@ _STARTUP_MCP_METHODS = frozenset(
 )
 
 
+def is_root(span: ReceivedSpan, ids: set[str]) -> bool:
+    """Whether ``span`` is a root of the trace whose span ids are ``ids``: no parent, a parent
+    that was not received, or itself as its parent."""
+    parent = span.parent_span_id
+    return parent is None or parent not in ids or parent == span.span_id
+
+
 def is_startup_trace(spans: Sequence[ReceivedSpan]) -> bool:
     """Whether a trace is MCP session start-up (every root span is ``server/discover``, ``initialize``...)."""
     ids = {s.span_id for s in spans}
@@ -116,11 +123,10 @@ class _Renderer:
         children: dict[str, list[ReceivedSpan]] = defaultdict(list)
         roots: list[ReceivedSpan] = []
         for span in spans:
-            parent = span.parent_span_id
-            if parent is None or parent not in ids or parent == span.span_id:
+            if is_root(span, ids):
                 roots.append(span)
             else:
-                children[parent].append(span)
+                children[span.parent_span_id or ""].append(span)
         _break_cycles(spans, roots, children)
         start = min(s.start_time_unix_nano for s in spans)
         end = max(s.end_time_unix_nano for s in spans)

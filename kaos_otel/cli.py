@@ -122,9 +122,11 @@ def _matches(spans: list[Any], conditions: list[tuple[str, str]]) -> bool:
 
 
 def _root_duration_s(spans: list[Any]) -> float:
-    """How long the trace's request took: its longest root span (a span whose parent is not in it)."""
+    """How long the trace's request took: its longest root span."""
+    from kaos_otel._trace_tree import is_root
+
     ids = {span.span_id for span in spans}
-    return max((s.duration_s for s in spans if s.parent_span_id not in ids), default=0.0)
+    return max((s.duration_s for s in spans if is_root(s, ids)), default=0.0)
 
 
 def _export(folder: str, directory: Path) -> int:
