@@ -607,9 +607,10 @@ class AgentTelemetry:
             catalog.SERVER_ADDRESS: server_address,
             catalog.SERVER_PORT: server_port,
             catalog.GEN_AI_CONVERSATION_ID: conversation_id,
-            catalog.GEN_AI_REQUEST_STREAM: True if stream else None,
             **_given_attributes("model_call", attributes),
         }
+        if stream:  # set only then: every other call skips the key
+            call_attributes.setdefault(catalog.GEN_AI_REQUEST_STREAM, True)  # given attributes win
         call = self._begin(
             ModelCall,
             f"chat {self._metrics.bounds.bound(catalog.GEN_AI_REQUEST_MODEL, model)}",
