@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import re
 import traceback
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Collection, Mapping, Sequence, Set, ValuesView
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
@@ -154,6 +155,8 @@ class ContentPolicy:
         if isinstance(value, Sequence) and value and isinstance(value[0], str):
             if self._is_secret_named(key):  # e.g. http.request.header.authorization
                 return tuple(REDACTED for _ in value)
+            if self._is_secret_pair(value):
+                return (self.clean_text(str(value[0]), self.max_value_length), REDACTED)
             return tuple(self.clean_text(str(item), self.max_value_length) for item in value)
         if isinstance(value, bytes):
             return self._clean_bytes(key, value)
@@ -189,6 +192,8 @@ class ContentPolicy:
                     self._clean_key(str(k)): self._clean_structured(str(k), v, depth + 1)
                     for k, v in value.items()
                 }
+            if self._is_secret_pair(value):  # a header, an environment entry: its value masked
+                return [self._clean_structured(key, value[0], depth + 1), REDACTED]
             return [self._clean_structured(key, item, depth + 1) for item in value]
         return self.clean_text(safe_str(value), self.max_value_length)
 
@@ -206,6 +211,16 @@ class ContentPolicy:
         if secret is None:
             secret = remember(self._secret_named, key, self.secret_keys.search(key) is not None)
         return secret
+
+    def _is_secret_pair(self, value: Sequence[object]) -> bool:
+        """Whether ``value`` is a (name, value) pair whose name is a secret-named key's, as the
+        default redactor reads one in text."""
+        if len(value) != 2 or _is_empty(value[1]):
+            return False
+        name = value[0]
+        if isinstance(name, bytes):
+            name = name.decode("utf-8", "replace")
+        return isinstance(name, str) and len(name) <= CACHED_TEXT_LENGTH and self._is_secret_named(name)
 
     def clean_attributes(self, attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:
         """Clean every value of an attribute mapping."""
@@ -308,8 +323,8 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
         return value
     if isinstance(value, str):
         return policy.bound_size(value, policy.max_value_length)
-    if not isinstance(value, Mapping | list | tuple):
-        # a UUID, a path, an enum: its plain text, not a JSON string literal in quotes
+    if not isinstance(value, _WALKED) or _made_text(value):
+        # a UUID, a path, an enum, a small set: its plain text, not a JSON string literal in quotes
         return policy.bound_size(safe_str(value), policy.max_value_length)
     if (
         isinstance(value, (list, tuple))
@@ -409,7 +424,7 @@ class _BoundedWalk:
             if item.bit_length() <= _MAX_JSON_INT_BITS:  # a JSON number, as json.dumps writes it
                 self._take(room, int(item.bit_length() * 0.30103) + 3)  # its digits, sign, separator
                 return item
-        if not isinstance(item, Mapping | list | tuple):
+        if not isinstance(item, _WALKED) or _made_text(item):
             if room is None:
                 if isinstance(item, bytes) and len(item) <= self._limit:
                     return item
@@ -434,9 +449,16 @@ class _BoundedWalk:
                         mapping[_MORE] = _MORE
                         break
                     full = safe_str(key) if room is None and not isinstance(key, bytes) else _key_text(key)
-                    # named a secret (by its whole name, before any cut): masked whole, whatever it
-                    # holds, as the export layer masks a structure
-                    secret = not _is_empty(member) and self._policy._is_secret_named(full)
+                    # named a secret (by its whole name, before any cut; a tuple key by its last
+                    # part): masked whole, whatever it holds, as the export layer masks a structure
+                    secret = not _is_empty(member) and (
+                        self._policy._is_secret_named(full)
+                        or (
+                            isinstance(key, tuple)
+                            and bool(key)
+                            and self._policy._is_secret_named(_key_text(key[-1]))
+                        )
+                    )
                     if room is None:
                         name = self._cleaned(full, self._limit, "")
                         mapping[name] = REDACTED if secret else self.convert(member, depth + 1, room)
@@ -492,6 +514,24 @@ class _BoundedWalk:
 
     def _spent(self, room: list[int] | None) -> bool:
         return self._budget < 0 or (room is not None and room[0] <= 0)
+
+
+_TEXT_COLLECTIONS = (Set, deque, ValuesView)
+"""Collections exported as the text ``str()`` makes of them (``{1, 2}``), unless too long for it:
+sets, deques and dict views (``keys()`` and ``items()`` are sets)."""
+
+_WALKED = (Mapping, list, tuple, *_TEXT_COLLECTIONS)
+"""What may be walked item by item."""
+
+
+def _made_text(value: Collection[object]) -> bool:
+    """Whether ``value`` is exported as its text, not walked: a collection of
+    :data:`_TEXT_COLLECTIONS` short enough for its text to be made whole (a set of two million
+    numbers would cost a second; it is walked as a list instead)."""
+    try:
+        return isinstance(value, _TEXT_COLLECTIONS) and len(value) <= _MAX_STRUCTURE_ITEMS
+    except Exception:  # a __len__ that raises: its text is tried, as for any object
+        return True
 
 
 def _text_of(item: object, cap: int) -> str:

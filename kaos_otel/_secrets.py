@@ -78,6 +78,18 @@ end."""
 _SECRET_IN_NAME = rf"(?i:{_SECRET_NAMES}|token)"
 """A secret's name inside an entry's or an element's name (``DB_PASSWORD``, ``api-token``)."""
 
+_SECRET_KEY_ENDINGS = (
+    r"password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|"
+    r"access[_-]?key|account[_-]?key|authorization|credentials?|cookie|subscription[_-]?key|"
+    r"ingestion[_-]?key|honeycomb[_-]?team"
+)
+"""How the name of a key whose whole value is a secret ends, as regex alternatives."""
+
+SECRET_KEY_NAME = re.compile(rf"(?i)(?:{_SECRET_KEY_ENDINGS})$")
+"""Attribute keys and header names whose whole value is a secret: the key ends in such a name
+(``db.password``, ``auth_token``, ``accessKey``; not ``gen_ai.token.type``, ``max_tokens``,
+``password_min_length``)."""
+
 DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # PEM private-key blocks and PGP private-key blocks; one cut by a size cap is masked to its end
     re.compile(
@@ -133,6 +145,12 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(
         r"name:[^\S\r\n]*[\"']?[\w.-]{0,64}" + _SECRET_IN_NAME + r"[\w.-]{0,64}[\"']?[^\S\r\n]*\r?\n"
         r"[^\S\r\n]*value:[^\S\r\n]*[\"']?(?P<value>[^\s\"']+)"
+    ),
+    # a (name, value) pair whose name is a secret-named key's, as JSON or Python writes one:
+    # [["DB_PASSWORD", "x"]], [('api_key', 'x')] (header lists, environment items, dict.items())
+    re.compile(
+        r"[\[(][^\S\r\n]*[\"'][\w.-]{0,64}(?i:" + _SECRET_KEY_ENDINGS + r")[\"'][^\S\r\n]*,[^\S\r\n]*"
+        r"(?P<quote>[\"'])(?P<value>(?:(?!(?P=quote))[^\\\r\n]|\\.)+)(?P=quote)[^\S\r\n]*[\])]"
     ),
     # AWS access key ids, with a secret access key that follows within a few separators
     re.compile(
@@ -203,14 +221,6 @@ _SCANS = tuple(
 )
 """Each pattern with what the scan needs to know of it, worked out once."""
 
-SECRET_KEY_NAME = re.compile(
-    r"(?i)(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|"
-    r"access[_-]?key|account[_-]?key|authorization|credentials?|cookie|subscription[_-]?key|"
-    r"ingestion[_-]?key|honeycomb[_-]?team)$"
-)
-"""Attribute keys and header names whose whole value is a secret: the key ends in such a name
-(``db.password``, ``auth_token``, ``accessKey``; not ``gen_ai.token.type``, ``max_tokens``,
-``password_min_length``)."""
 
 # A necessary condition for any pattern above to match, searched in the case-folded text:
 # without IGNORECASE the regex engine scans several times faster (this runs on every exported

@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import secrets
+from collections import deque
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -17,6 +18,7 @@ from opentelemetry.sdk._logs import LoggerProvider
 from kaos_otel import ContentCapture, KaosOtelManager, catalog
 from kaos_otel._content import (
     CACHED_TEXTS,
+    REDACTED,
     REDACTION_MARGIN,
     ContentPolicy,
     cap_text,
@@ -565,3 +567,39 @@ def test_exported_bytes_cut_through_a_secret_are_masked_whole() -> None:
     exported = policy.clean_attribute("blob", ("x" * (policy.max_value_length - 30) + " " + token).encode())
     assert "A1b2C3" not in str(exported)
     assert policy.clean_attribute("blob", b"plain bytes") == b"plain bytes"
+
+
+def test_a_long_set_deque_or_dict_view_costs_what_its_cap_keeps() -> None:
+    """Short ones stay the text ``str()`` makes of them; a long one is walked as a list, as far as
+    the cap keeps it, as an attribute and inside a log value."""
+    policy = ContentPolicy(max_value_length=1000)
+    assert to_attribute_value({1, 2}, policy) == "{1, 2}"
+    long_values: list[object] = [
+        {_CountedText() for _ in range(100_000)},
+        deque(_CountedText() for _ in range(100_000)),
+        {index: _CountedText() for index in range(100_000)}.values(),
+    ]
+    for value in long_values:
+        _CountedText.made = 0
+        text = to_attribute_value(value, policy)
+        assert isinstance(text, str) and text.startswith('["content", ') and text.endswith("...[truncated]")
+        logged = to_log_value({"items": value}, policy)
+        assert isinstance(logged, dict) and isinstance(logged["items"], str) and len(logged["items"]) <= 1000
+        assert _CountedText.made < 400, type(value)
+
+
+def test_secret_named_pairs_and_tuple_keys_are_masked() -> None:
+    """A (name, value) pair (a header list, environment items) and a tuple key are read as a key."""
+    policy = ContentPolicy()
+    headers = [(b"host", b"example.com"), (b"x-api-key", b"k-9f8e7d")]
+    assert policy.clean_attribute("asgi.headers", to_log_value(headers, policy)) == [
+        [b"host", b"example.com"],
+        [b"x-api-key", REDACTED],
+    ]
+    assert policy.clean_attribute("entry", ("DB_PASSWORD", "hunter2")) == ("DB_PASSWORD", REDACTED)
+    assert policy.clean_attribute("words", ("password", "")) == ("password", "")
+    text = to_attribute_value({"env": [("PORT", "5432"), ("DB_PASSWORD", "hunter2")]}, policy)
+    assert isinstance(text, str) and "hunter2" not in policy.clean_text(text)
+    assert to_attribute_value({("db", "password"): "hunter2"}, policy) == json.dumps(
+        {"('db', 'password')": REDACTED}
+    )

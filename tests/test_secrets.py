@@ -214,6 +214,10 @@ SECRETS: tuple[Callable[[], Secret], ...] = (
         '{{"env": [{{"name": "DB_PASSWORD", "value": "{}"}}]}}',
         lambda: _random(ALNUM, 20),
     ),
+    _labelled(
+        "secret-named-pair-json", '[["PORT", "5432"], ["DB_PASSWORD", "{}"]]', lambda: _random(ALNUM, 20)
+    ),
+    _labelled("secret-named-pair-python", "dict_items([('api_key', '{}')])", lambda: _random(ALNUM, 20)),
     _labelled("kubernetes-env-yaml", "env:\n  - name: API_TOKEN\n    value: {}", lambda: _random(ALNUM, 24)),
     _labelled(
         "gcs-signed-url",
