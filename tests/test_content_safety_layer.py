@@ -123,19 +123,14 @@ def test_a_host_with_its_own_providers_adds_the_layer_with_one_call_per_exporter
     otlp_receiver: OtlpReceiver,
 ) -> None:
     endpoint = otlp_receiver.grpc_endpoint
-    tracer_provider = TracerProvider(
-        resource=Resource.create(
-            {
-                "db.url": f"postgres://app:{CREDENTIAL}@db/app",
-                "process.command_args": ("a", f"--key={SECRET}"),
-            }
-        ),
-        shutdown_on_exit=False,
+    resource = Resource.create(
+        {"db.url": f"postgres://app:{CREDENTIAL}@db/app", "process.command_args": ("a", f"--key={SECRET}")}
     )
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     tracer_provider.add_span_processor(
         BatchSpanProcessor(sanitized_exporter(OTLPSpanExporter(endpoint=endpoint, insecure=True)))
     )
-    logger_provider = LoggerProvider(shutdown_on_exit=False)
+    logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)  # masked in log records too
     logger_provider.add_log_record_processor(
         BatchLogRecordProcessor(sanitized_exporter(OTLPLogExporter(endpoint=endpoint, insecure=True)))
     )
@@ -271,3 +266,47 @@ def test_a_secret_near_a_label_a_colon_or_a_quote_is_masked(text: str) -> None:
 )
 def test_a_masked_json_value_ending_in_a_backslash_keeps_the_next_key(document: dict[str, str]) -> None:
     assert json.loads(ContentPolicy().clean_text(json.dumps(document)))["user"] == "bob"
+
+
+def test_what_the_sdk_limits_dropped_is_still_counted_after_cleaning(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """The layer copies what it cleans; the copies keep the SDK's counts of dropped attributes,
+    events and links, as the raw SDK exports them, and a log record's resource is masked too."""
+    otel = make_otel(environ={"OTEL_RESOURCE_ATTRIBUTES": f"openai.key={SECRET}"})
+    many = {f"a{index}": index for index in range(130)}  # the SDK keeps 128
+    linked = otel.tracer_provider.get_tracer("tests").start_span("linked")
+    linked.end()
+    with otel.tracer_provider.get_tracer("tests").start_as_current_span(
+        "limited", attributes=many, links=[Link(linked.get_span_context(), many) for _ in range(130)]
+    ) as span:
+        for _ in range(130):
+            span.add_event("step", many)
+    _logs.get_logger("tests", logger_provider=otel.logger_provider).emit(body="limited", attributes=many)
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) == 2 and len(r.logs()) == 1, 10)
+    payload = b"".join(request.SerializeToString() for request in otlp_receiver.raw_requests())
+    assert SECRET.encode() not in payload
+    exported = [
+        span
+        for request in otlp_receiver.raw_requests()
+        for resource_spans in getattr(request, "resource_spans", ())
+        for scope_spans in resource_spans.scope_spans
+        for span in scope_spans.spans
+        if span.name == "limited"
+    ]
+    (limited,) = exported
+    assert (limited.dropped_attributes_count, limited.dropped_events_count, limited.dropped_links_count) == (
+        2,
+        2,
+        2,
+    )
+    assert limited.events[0].dropped_attributes_count == 2 and limited.links[0].dropped_attributes_count == 2
+    (log,) = [
+        record
+        for request in otlp_receiver.raw_requests()
+        for resource_logs in getattr(request, "resource_logs", ())
+        for scope_logs in resource_logs.scope_logs
+        for record in scope_logs.log_records
+    ]
+    assert log.dropped_attributes_count == 2

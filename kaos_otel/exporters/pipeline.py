@@ -11,14 +11,16 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
-from opentelemetry.sdk._logs import ReadWriteLogRecord
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk._logs import ReadableLogRecord, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, SpanContext, Status, TraceState
 from opentelemetry.util.types import AttributeValue
 
@@ -124,7 +126,7 @@ def redacted_resource(resource: Resource, policy: ContentPolicy) -> HashedOnceRe
     return HashedOnceResource(Resource(policy.redact_resource(resource.attributes), resource.schema_url))
 
 
-class CleanedResource:
+class ResourceCleaner:
     """A resource as exported: secrets masked, hashed once. The records of a provider share one
     resource, so the last one seen is remembered."""
 
@@ -175,7 +177,7 @@ class SanitizingSpanExporter(SpanExporter):
         self._max_request_spans = max(1, max_request_spans)
         self._first_request_spans = max(1, min(first_request_spans, self._max_request_spans))
         self._in_flight = _InFlight()
-        self._cleaned_resource = CleanedResource(policy)
+        self._cleaned_resource = ResourceCleaner(policy)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Export cleaned copies; a failure is counted, never raised.
@@ -246,21 +248,28 @@ class SanitizingSpanExporter(SpanExporter):
             event_name = policy.clean_text(safe_str(event.name))
             event_attributes = policy.clean_attributes(event.attributes)
             size += 24 + len(event_name) + _attributes_size(event_attributes)
-            events.append(Event(event_name, event_attributes, event.timestamp))
+            events.append(
+                Event(event_name, _with_dropped(event_attributes, event.dropped_attributes), event.timestamp)
+            )
         links: list[Link] = []
         for link in span.links:
             link_attributes = policy.clean_attributes(link.attributes)
             size += 48 + _attributes_size(link_attributes)
-            links.append(Link(self._clean_context(link.context), link_attributes))
+            links.append(
+                Link(
+                    self._clean_context(link.context), _with_dropped(link_attributes, link.dropped_attributes)
+                )
+            )
         context = span.context
         cleaned = ReadableSpan(
             name=name,
             context=self._clean_context(context) if context is not None else None,
             parent=span.parent,
             resource=self._cleaned_resource(span.resource),
-            attributes=attributes,
-            events=events or (),  # the shared empty tuple: an empty list would live as long as the copy
-            links=links or (),
+            attributes=_with_dropped(attributes, span.dropped_attributes),
+            # the shared empty tuple: an empty list would live as long as the copy
+            events=_list_with_dropped(events, span.dropped_events) or (),
+            links=_list_with_dropped(links, span.dropped_links) or (),
             kind=span.kind,
             status=status,
             start_time=span.start_time,
@@ -291,27 +300,48 @@ class SanitizingSpanExporter(SpanExporter):
 
 
 class SanitizingLogExporter(LogRecordExporter):
-    """Redacts and caps every log body, attribute and event name, exports, and counts failures."""
+    """Redacts and caps every log body, attribute, event name and resource, exports, and counts
+    failures."""
 
     def __init__(self, inner: LogRecordExporter, policy: ContentPolicy, health: TelemetryHealth) -> None:
         self._inner = inner
         self._policy = policy
         self._health = health
         self._in_flight = _InFlight()
+        self._cleaned_resource = ResourceCleaner(policy)
 
     def export(self, batch: Sequence[ReadWriteLogRecord]) -> LogRecordExportResult:  # type: ignore[override]
         """Export cleaned records; a failure is counted, never raised."""
         self._in_flight.start(len(batch))
         try:
-            for log_record in batch:
-                clean_log_record(log_record, self._policy)
-            result = self._inner.export(batch)  # type: ignore[arg-type]
+            result = self._inner.export([self._cleaned(log_record) for log_record in batch])  # type: ignore[arg-type]
         except Exception as exc:
             internal_error("log export", exc)
             result = LogRecordExportResult.FAILURE
         if self._in_flight.finish(len(batch)) and result is not LogRecordExportResult.SUCCESS:
             self._health.record_drop("logs", "export_failed", len(batch))
         return result
+
+    def _cleaned(self, log_record: ReadableLogRecord) -> ReadableLogRecord:
+        """A log record with its body (text, or the strings of a structured body), attributes and
+        event name redacted and capped in place, and its resource redacted (the record's, or a
+        readable copy with the redacted resource: an SDK processor's records are frozen)."""
+        policy = self._policy
+        record = log_record.log_record
+        record.body = policy.clean_body(record.body)
+        if record.attributes:
+            dropped = log_record.dropped_attributes
+            record.attributes = _with_dropped(
+                policy.clean_attributes(record.attributes), dropped, extended=True
+            )
+        event_name = getattr(record, "event_name", None)
+        if isinstance(event_name, str) and event_name:
+            record.event_name = policy.clean_text(event_name)
+        resource = log_record.resource
+        cleaned = resource if resource is None else self._cleaned_resource(resource)
+        if cleaned is resource:
+            return log_record
+        return ReadableLogRecord(record, cleaned, log_record.instrumentation_scope, log_record.limits)
 
     def abandon(self) -> int:
         """Records in an export still running, now counted by the caller; later results are not counted."""
@@ -363,18 +393,6 @@ def counting_metric_exporter(
     return exporter
 
 
-def clean_log_record(log_record: ReadWriteLogRecord, policy: ContentPolicy) -> None:
-    """Redact and cap a log record's body (text, or the strings of a structured body),
-    attributes and event name, in place."""
-    record = log_record.log_record
-    record.body = policy.clean_body(record.body)
-    if record.attributes:
-        record.attributes = policy.clean_attributes(record.attributes)
-    event_name = getattr(record, "event_name", None)
-    if isinstance(event_name, str) and event_name:
-        record.event_name = policy.clean_text(event_name)
-
-
 def _count_points(metrics_data: MetricsData) -> int:
     return sum(
         len(metric.data.data_points)
@@ -400,6 +418,31 @@ def _split_by_size(spans: list[tuple[ReadableSpan, int]], limit: int) -> Iterato
         size += span_size
     if request:
         yield request
+
+
+def _with_dropped(
+    attributes: dict[str, AttributeValue], dropped: int, *, extended: bool = False
+) -> Mapping[str, AttributeValue]:
+    """Cleaned ``attributes``, carrying the count of those the SDK's limits dropped when it
+    dropped any (the encoders read it from the SDK's own bounded mapping)."""
+    if not dropped:
+        return attributes
+    bounded = BoundedAttributes(attributes=attributes, extended_attributes=extended)
+    bounded.dropped = dropped
+    return bounded
+
+
+_Item = TypeVar("_Item")
+
+
+def _list_with_dropped(items: list[_Item], dropped: int) -> Sequence[_Item]:
+    """Cleaned events or links, carrying the count of those the SDK's limits dropped when it
+    dropped any."""
+    if not dropped:
+        return items
+    bounded = BoundedList.from_seq(None, items)
+    bounded.dropped = dropped
+    return bounded
 
 
 def _attributes_size(attributes: Mapping[str, AttributeValue] | None) -> int:
