@@ -13,11 +13,14 @@ turns that off (``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION=false``) unless the envir
 trace-context fields for log formats (``OTEL_PYTHON_LOG_CORRELATION``) are unaffected.
 
 The distro configures the process itself; kaos-otel ships no configurator entry point (with
-``OTEL_PYTHON_CONFIGURATOR`` unset, whichever configurator comes first runs, and that must stay
-the chosen distro's). With ``opentelemetry-distro`` installed as well, set
-``OTEL_PYTHON_DISTRO=kaos`` and ``OTEL_PYTHON_CONFIGURATOR=kaos`` (a name no configurator has):
-otherwise its configurator also runs and builds a second set of providers the API refuses, a
-warning per signal.
+``OTEL_PYTHON_CONFIGURATOR`` unset, whichever configurator comes first runs, and when another
+distro is chosen that must stay its own). Once chosen, the distro sets
+``OTEL_PYTHON_CONFIGURATOR=kaos`` (a name no configurator has) unless the environment sets it:
+``opentelemetry-distro``'s configurator, installed as well, would otherwise build a second set of
+providers the API refuses but that still work (its logging handler exports every record a second
+time, past the content-safety layer). ``opentelemetry-instrument`` says which configurator it
+skipped. Which distro is chosen, with both installed, depends on the install's layout: set
+``OTEL_PYTHON_DISTRO=kaos``.
 """
 
 from __future__ import annotations
@@ -35,4 +38,5 @@ class KaosDistro(BaseDistro):  # type: ignore[misc]
 
     def _configure(self, **kwargs: Any) -> None:
         os.environ.setdefault("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "false")  # see the module docstring
+        os.environ.setdefault("OTEL_PYTHON_CONFIGURATOR", "kaos")  # no other configurator runs after it
         configure(export_other_metrics=True)  # the process's telemetry: the app's metrics too

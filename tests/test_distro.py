@@ -126,9 +126,10 @@ def test_the_apps_and_other_instrumentations_metrics_are_exported(
     assert points[("kaos_otel", "kaos.requests")].value == 1
 
 
-def test_the_readmes_recipe_keeps_another_installed_configurator_from_running(tmp_path: Path) -> None:
+def test_no_other_installed_configurator_runs_after_the_kaos_distro(tmp_path: Path) -> None:
     """With ``opentelemetry-distro`` installed too, its configurator would build a second set of
-    providers the API refuses, one warning per signal: ``OTEL_PYTHON_CONFIGURATOR=kaos``."""
+    providers the API refuses but that still export (its logging handler past the content-safety
+    layer): the distro sets ``OTEL_PYTHON_CONFIGURATOR=kaos`` unless the environment sets it."""
     site = tmp_path / "site"
     dist_info = site / "other_configurator-1.0.dist-info"
     dist_info.mkdir(parents=True)
@@ -140,9 +141,15 @@ def test_the_readmes_recipe_keeps_another_installed_configurator_from_running(tm
         "class Configurator:\n    def configure(self, **kwargs):\n        print('other configurator ran')\n"
     )
     code = "from opentelemetry import trace\nprint(type(trace.get_tracer_provider()).__name__)\n"
-    done = run_instrumented(
-        tmp_path, code, PYTHONPATH=str(site), OTEL_TRACES_EXPORTER="none", OTEL_PYTHON_CONFIGURATOR="kaos"
-    )
+    done = run_instrumented(tmp_path, code, PYTHONPATH=str(site), OTEL_TRACES_EXPORTER="none")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["TracerProvider"], done.stdout  # kaos-otel's, and no other ran
     assert "Configuration of configurator not loaded" in done.stderr  # opentelemetry-instrument says so
+    chosen = run_instrumented(
+        tmp_path,
+        code,
+        PYTHONPATH=str(site),
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_PYTHON_CONFIGURATOR="configurator",
+    )
+    assert "other configurator ran" in chosen.stdout, chosen.stderr  # the environment's choice stands
