@@ -22,7 +22,7 @@ from opentelemetry.util.types import AnyValue, AttributeValue
 from kaos_otel import _genai_messages as genai_messages
 from kaos_otel import catalog
 from kaos_otel._config import enum_member, name_set
-from kaos_otel._content import ContentPolicy, safe_str, to_attributes, to_log_value
+from kaos_otel._content import ContentPolicy, policy_from_env, safe_str, to_attributes, to_log_value
 from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
 from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle, SpanScope
@@ -282,7 +282,7 @@ def telemetry_parts(
     """The one place telemetry is built (manager, integrations, Mem0): a tracer, the catalog's
     instruments and the content-event logger on the given (default: global) providers, or no-ops
     when disabled."""
-    policy = policy or ContentPolicy()
+    policy = policy or policy_from_env()
     bounds = bounds or LabelBounds()
     if not enabled:
         noop = KaosMetrics(metrics.NoOpMeter(scope), bounds)
@@ -330,7 +330,10 @@ class AgentTelemetry:
     ) -> AgentTelemetry:
         """Domain helpers on providers you built (default: the global ones).
 
-        Build the meter provider with :func:`kaos_otel.metric_views` so the label contract holds,
+        Without ``policy``, content capture and the size cap come from the environment, as a
+        manager reads them (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, the attribute
+        value length limits). Python logging is not bridged: that is the host's logging handler's
+        job. Build the meter provider with :func:`kaos_otel.metric_views` so the label contract holds,
         e.g. around a ``PrometheusMetricReader``. ``health`` adds ``kaos.telemetry.dropped``;
         ``scope`` names the tracer and meter (an instrumentation's module, for instance);
         ``logger_provider`` receives the GenAI content events in the ``EVENT`` capture modes.

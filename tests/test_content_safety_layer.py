@@ -20,7 +20,8 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
@@ -32,7 +33,14 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from kaos_otel import AgentTelemetry, ContentPolicy, KaosOtelManager, catalog, sanitized_exporter
+from kaos_otel import (
+    AgentTelemetry,
+    ContentCapture,
+    ContentPolicy,
+    KaosOtelManager,
+    catalog,
+    sanitized_exporter,
+)
 from kaos_otel._logs import KaosLoggingHandler
 from kaos_otel._secrets import REDACTED
 from kaos_otel.receiver import OtlpReceiver
@@ -310,3 +318,20 @@ def test_what_the_sdk_limits_dropped_is_still_counted_after_cleaning(
         for record in scope_logs.log_records
     ]
     assert log.dropped_attributes_count == 2
+
+
+def test_domain_helpers_on_host_providers_follow_the_environment_as_a_manager_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Content capture and the cap come from the standard variables, not from defaults of ours."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "64")
+    policy = AgentTelemetry.from_providers(TracerProvider(shutdown_on_exit=False)).content_policy
+    assert (policy.capture, policy.max_value_length) == (ContentCapture.SPAN_ONLY, 64)
+    exported = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(sanitized_exporter(exported)))
+    with provider.get_tracer("tests").start_as_current_span("long", attributes={"text": "x" * 100}):
+        pass
+    (span,) = exported.get_finished_spans()
+    assert span.attributes is not None and len(str(span.attributes["text"])) == 64

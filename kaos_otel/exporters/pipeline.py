@@ -24,7 +24,7 @@ from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, SpanContext, Status, TraceState
 from opentelemetry.util.types import AttributeValue
 
-from kaos_otel._content import ContentPolicy, safe_str
+from kaos_otel._content import ContentPolicy, policy_from_env, safe_str
 from kaos_otel._internal_log import internal_error
 from kaos_otel.exporters.health import TelemetryHealth
 
@@ -491,10 +491,12 @@ def sanitized_exporter(
         BatchLogRecordProcessor(sanitized_exporter(OTLPLogExporter()))
 
     Every exported string then passes the same redaction and size cap as with
-    :class:`~kaos_otel.KaosOtelManager`'s own pipeline. Metric label values of kaos-otel's
+    :class:`~kaos_otel.KaosOtelManager`'s own pipeline (without ``policy``, the cap the
+    environment's attribute value length limits set). Wrap an exporter added to a manager's
+    providers the same way, with ``policy=otel.content_policy``. Metric label values of kaos-otel's
     instruments are checked where they are recorded, whoever owns the meter provider.
     """
-    policy = policy or ContentPolicy()
+    policy = policy or policy_from_env()
     health = health or TelemetryHealth()
     if isinstance(exporter, SpanExporter):
         return SanitizingSpanExporter(exporter, policy, health)

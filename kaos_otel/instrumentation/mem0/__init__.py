@@ -62,7 +62,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from kaos_otel._config import TelemetrySettings
-from kaos_otel._content import ContentPolicy
+from kaos_otel._content import policy_from_env
 from kaos_otel._internal_log import internal_error
 from kaos_otel._telemetry import AgentTelemetry
 from kaos_otel.instrumentation.mem0._wrappers import METHODS, Mem0Tracing
@@ -85,13 +85,11 @@ def _memory_classes() -> tuple[type[Any], type[Any]]:
 
 def _telemetry_from_providers(kwargs: dict[str, Any]) -> AgentTelemetry:
     """Telemetry on the given (default: global) providers, content capture from the environment."""
-    settings = TelemetrySettings.from_env(capture_content=kwargs.get("capture_content"))
-    policy = ContentPolicy(settings.capture_content, max_value_length=settings.attribute_value_length_limit)
     return AgentTelemetry.from_providers(
         kwargs.get("tracer_provider"),
         kwargs.get("meter_provider"),
-        policy=policy,
-        enabled=not settings.disabled,
+        policy=policy_from_env(kwargs.get("capture_content")),
+        enabled=not TelemetrySettings.from_env().disabled,
         scope=__name__,
     )
 
