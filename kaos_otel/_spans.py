@@ -73,7 +73,6 @@ class SpanHandle:
         "_mark",
         "_on_end",
         "_outcome",
-        "_parent_context",
         "_policy",
         "_started",
         "span",
@@ -88,7 +87,6 @@ class SpanHandle:
         previous: Context | None = None,
     ) -> None:
         self.span = span
-        self._parent_context = parent_context
         self._mark = _SpanMark(parent_context if previous is None else previous)
         self._context = otel_context.set_value(
             _MARK_KEY, self._mark, trace.set_span_in_context(span, parent_context)
@@ -538,9 +536,8 @@ class NoopSpanHandle(SpanHandle):
 
     def __init__(self) -> None:
         self.span = trace.INVALID_SPAN
-        self._parent_context = Context()
-        self._mark = _SpanMark(self._parent_context, ended=True)
-        self._context = self._parent_context
+        self._context = Context()
+        self._mark = _SpanMark(self._context, ended=True)
         self._outcome = None
         self._error_type = None
         self._on_end = None

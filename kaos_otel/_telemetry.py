@@ -91,6 +91,9 @@ class AgentRun(SpanHandle):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._set_initial_fields()
+
+    def _set_initial_fields(self) -> None:
         self.agent_name = ""
         self.origin = RequestOrigin.USER
         self.steps = 0
@@ -123,6 +126,9 @@ class ModelCall(SpanHandle):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._set_initial_fields()
+
+    def _set_initial_fields(self) -> None:
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
         self.first_chunk_s: float | None = None
@@ -824,8 +830,7 @@ class _NoopAgentRun(NoopSpanHandle, AgentRun):
 
     def __init__(self) -> None:
         NoopSpanHandle.__init__(self)
-        self.agent_name = ""
-        self.steps = 0
+        self._set_initial_fields()
 
 
 class _NoopModelCall(NoopSpanHandle, ModelCall):
@@ -835,13 +840,7 @@ class _NoopModelCall(NoopSpanHandle, ModelCall):
 
     def __init__(self) -> None:
         NoopSpanHandle.__init__(self)
-        self.input_tokens = None
-        self.output_tokens = None
-        self.first_chunk_s = None
-        self.finish_reasons = ()
-        self.model = ""
-        self.events = None
-        self.event_attributes = {}
+        self._set_initial_fields()
 
     def record_usage(
         self,

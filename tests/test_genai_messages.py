@@ -186,7 +186,11 @@ def test_a_span_the_sampler_dropped_gets_no_content_work(
     """No messages are converted or serialised and no stack trace is formatted for a span that is
     not recorded; the metrics still count the call."""
     converted: list[object] = []
-    monkeypatch.setattr(_genai_messages, "_message_list", lambda value: converted.append(value))
+    monkeypatch.setattr(
+        _genai_messages,
+        "_message_list",
+        lambda value, **_: converted.append(value),  # its signature
+    )
     otel = make_otel(environ={CAPTURE: "SPAN_ONLY", "OTEL_TRACES_SAMPLER": "always_off"})
     stacks: list[BaseException] = []
 

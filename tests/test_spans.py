@@ -843,3 +843,20 @@ def test_an_ended_span_is_freed_without_the_garbage_collector(
         gc.enable()
     assert left_for_the_collector == []
     assert len(collect(otel, otlp_receiver, 18)) == 9
+
+
+def test_a_disabled_managers_handles_offer_every_public_field_of_the_real_ones(make_otel: MakeOtel) -> None:
+    enabled = make_otel()
+    disabled = make_otel(environ={"OTEL_SDK_DISABLED": "true"})  # set for the rest of the test
+    assert enabled.enabled and not disabled.enabled
+    pairs = [
+        (enabled.invoke_agent("agent"), disabled.invoke_agent("agent")),
+        (enabled.model_call("agent", "m"), disabled.model_call("agent", "m")),
+    ]
+    for real, noop in pairs:
+        with real, noop:
+            fields = {name for cls in type(real).__mro__ for name in getattr(cls, "__slots__", ())}
+            public = sorted(name for name in fields if not name.startswith("_") and name != "span")
+            assert public and {name: type(getattr(noop, name)) for name in public} == {
+                name: type(getattr(real, name)) for name in public
+            }
