@@ -26,14 +26,6 @@ from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
 
 METER_NAME = "kaos_otel"
-BOUNDED_KEYS = (
-    catalog.GEN_AI_AGENT_NAME,
-    catalog.GEN_AI_TOOL_NAME,
-    catalog.GEN_AI_REQUEST_MODEL,
-    catalog.GEN_AI_PROVIDER_NAME,
-    catalog.KAOS_DELEGATION_TARGET,
-    catalog.ERROR_TYPE,
-)
 
 
 KAOS_METER_NAMES = (METER_NAME, "kaos_otel.instrumentation.mem0")
@@ -147,7 +139,7 @@ class LabelBounds:
         self._redactor = redactor
         self._lock = threading.Lock()
         self._known: dict[str, set[str]] = {}
-        self._seen: dict[str, set[str]] = {key: set() for key in BOUNDED_KEYS}
+        self._seen: dict[str, set[str]] = {}
 
     def register(self, key: str, names: Iterable[str]) -> None:
         """Declare names that are legitimate values of ``key``: from now on, only these (and names
@@ -161,8 +153,9 @@ class LabelBounds:
     def bound(self, key: str, value: object) -> str:
         """The label value (and span-name part) to record for ``value``: never free text.
 
-        A registered name is kept whatever it looks like; any other must look like a name. A value
-        that is not text (a model's ``{"name": 42}``) is no name.
+        A registered name is kept whatever it looks like and however many are registered; any other
+        must look like a name, and counts against the cap. A value that is not text (a model's
+        ``{"name": 42}``) or that holds a secret is no name.
         """
         if not isinstance(value, str) or not value:
             return catalog.OVERFLOW_VALUE
@@ -179,7 +172,9 @@ class LabelBounds:
         with self._lock:
             known = self._known.get(key)  # again: register() may have run since the check above
             seen = self._seen.setdefault(key, set())
-            if (known is not None and value not in known) or len(seen) >= self._cap:
+            if known is not None and value not in known:
+                return catalog.OVERFLOW_VALUE
+            if known is None and len(seen) >= self._cap:  # the cap bounds what nobody declared
                 return catalog.OVERFLOW_VALUE
             seen.add(value)
         return value

@@ -447,6 +447,18 @@ def test_an_agent_declaring_no_tools_closes_the_tool_names() -> None:
         otel.shutdown(5)
 
 
+def test_every_registered_name_is_kept_however_many_there_are() -> None:
+    """The cap bounds what nobody declared; a fleet with more tools than the cap keeps them all."""
+    bounds = LabelBounds(cap=3)
+    tools = [f"tool_{index}" for index in range(5)]
+    bounds.register(catalog.GEN_AI_TOOL_NAME, tools)
+    assert [bounds.bound(catalog.GEN_AI_TOOL_NAME, tool) for tool in tools] == tools
+    assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "tool_5") == catalog.OVERFLOW_VALUE
+    assert [bounds.bound(catalog.GEN_AI_REQUEST_MODEL, f"m{index}") for index in range(4)][-1] == (
+        catalog.OVERFLOW_VALUE  # models, not declared: capped
+    )
+
+
 def test_registering_names_of_one_kind_leaves_the_other_kinds_capped_not_closed() -> None:
     otel = KaosOtelManager("support", global_providers=False)
     try:
