@@ -63,10 +63,15 @@ def cap_text(text: str, limit: int, marker: str | None = None) -> str:
     if len(text) <= limit:
         return text
     if marker is None:
-        marker = f"...[truncated {len(text) - limit} chars]"
+        marker = _truncated(text, limit)
     if len(marker) >= limit:
         return text[:limit]
     return text[: limit - len(marker)] + marker
+
+
+def _truncated(text: str, limit: int) -> str:
+    """The end of ``text`` cut to ``limit``: how many characters it had past the limit."""
+    return f"...[truncated {len(text) - limit} chars]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +120,7 @@ class ContentPolicy:
         # A 10 MB exception message or log body would otherwise be scanned whole, on the
         # request's thread, for about a second per megabyte.
         if marker is None:
-            marker = f"...[truncated {len(text) - limit} chars]"
+            marker = _truncated(text, limit)
         redacted = self.redactor(text[:scanned])
         # The scan's end may cut a secret, which is then not matched, and masking may have
         # shortened what comes before it: nothing from the scan's last REDACTION_MARGIN is kept,
@@ -145,22 +150,22 @@ class ContentPolicy:
         item by item, under the key that holds each item.
         """
         if isinstance(value, str):
-            if value and self._is_secret_named(key):
+            if value and self.is_secret_named(key):
                 return REDACTED
             return self.clean_text(value, self.max_value_length)
         if isinstance(value, int | float):  # before the slower abstract checks below; bools too
-            if isinstance(value, bool) or not self._is_secret_named(key):
+            if isinstance(value, bool) or not self.is_secret_named(key):
                 return value
             return REDACTED  # a PIN, a numeric password
         if isinstance(value, Sequence) and value and isinstance(value[0], str):
-            if self._is_secret_named(key):  # e.g. http.request.header.authorization
+            if self.is_secret_named(key):  # e.g. http.request.header.authorization
                 return tuple(REDACTED for _ in value)
             if self._is_secret_pair(value):
                 return (self.clean_text(str(value[0]), self.max_value_length), REDACTED)
             return tuple(self.clean_text(str(item), self.max_value_length) for item in value)
         if isinstance(value, bytes):
             return self._clean_bytes(key, value)
-        if isinstance(value, Sequence | Mapping) and value and self._is_secret_named(key):
+        if isinstance(value, Sequence | Mapping) and value and self.is_secret_named(key):
             return REDACTED  # a PIN as digits, a credentials mapping
         if isinstance(value, Sequence) and all(isinstance(item, int | float) for item in value):
             return value  # numbers only
@@ -169,7 +174,7 @@ class ContentPolicy:
     def _clean_bytes(self, key: str, value: bytes) -> AttributeValue:
         """Bytes as they are, unless secret-named or holding text with a secret (then that text,
         cleaned)."""
-        if value and self._is_secret_named(key):
+        if value and self.is_secret_named(key):
             return REDACTED
         limit = self.max_value_length
         text = _text_of(value, limit)  # what is kept and the margin past it: a secret the cut goes through
@@ -183,7 +188,7 @@ class ContentPolicy:
         if isinstance(value, str | int | float | bytes):
             return self.clean_attribute(key, value)
         if isinstance(value, Mapping | list | tuple):
-            if value and self._is_secret_named(key):  # an item holding credentials: masked whole
+            if value and self.is_secret_named(key):  # an item holding credentials: masked whole
                 return REDACTED
             if depth >= _MAX_STRUCTURE_DEPTH or len(value) > _MAX_STRUCTURE_ITEMS:
                 return self.clean_text(json.dumps(value, default=safe_str), self.max_value_length)
@@ -206,7 +211,8 @@ class ContentPolicy:
             return self._clean_structured("", body, 0)  # type: ignore[return-value]
         return body
 
-    def _is_secret_named(self, key: str) -> bool:
+    def is_secret_named(self, key: str) -> bool:
+        """Whether ``key`` names a secret (:attr:`secret_keys`): its whole value is masked."""
         secret = self._secret_named.get(key)
         if secret is None:
             secret = remember(self._secret_named, key, self.secret_keys.search(key) is not None)
@@ -220,7 +226,7 @@ class ContentPolicy:
         name = value[0]
         if isinstance(name, bytes):
             name = name.decode("utf-8", "replace")
-        return isinstance(name, str) and len(name) <= CACHED_TEXT_LENGTH and self._is_secret_named(name)
+        return isinstance(name, str) and len(name) <= CACHED_TEXT_LENGTH and self.is_secret_named(name)
 
     def clean_attributes(self, attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:
         """Clean every value of an attribute mapping."""
@@ -244,7 +250,7 @@ class ContentPolicy:
 
     def _redact_resource_value(self, key: str, value: AttributeValue) -> AttributeValue:
         if isinstance(value, str):
-            return REDACTED if value and self._is_secret_named(key) else self.redactor(value)
+            return REDACTED if value and self.is_secret_named(key) else self.redactor(value)
         if isinstance(value, Sequence) and value and isinstance(value[0], str):  # process.command_args
             return tuple(self.redactor(str(item)) for item in value)
         return value
@@ -460,11 +466,11 @@ class _BoundedWalk:
                     # named a secret (by its whole name, before any cut; a tuple key by its last
                     # part): masked whole, whatever it holds, as the export layer masks a structure
                     secret = not _is_empty(member) and (
-                        self._policy._is_secret_named(full)
+                        self._policy.is_secret_named(full)
                         or (
                             isinstance(key, tuple)
                             and bool(key)
-                            and self._policy._is_secret_named(_key_text(key[-1]))
+                            and self._policy.is_secret_named(_key_text(key[-1]))
                         )
                     )
                     if room is None:

@@ -278,6 +278,9 @@ def root_logging_kept() -> Iterator[None]:
         for handler in root.handlers[:]:
             if handler not in handlers:
                 root.removeHandler(handler)
+        for handler in handlers:
+            if handler not in root.handlers:  # removed in the block (basicConfig(force=True))
+                root.addHandler(handler)
                 handler.close()
 
 

@@ -20,8 +20,6 @@ from kaos_otel._telemetry import AgentTelemetry, telemetry_parts
 from kaos_otel.exporters import TelemetryHealth
 from kaos_otel.exporters.health import Signal
 
-_log = logging.getLogger("kaos_otel")
-
 
 class KaosOtelManager(AgentTelemetry):
     """Telemetry for one service: spans in three styles, agent-domain helpers, metrics and logs.

@@ -28,7 +28,9 @@ from kaos_otel.exporters.health import TelemetryHealth
 METER_NAME = "kaos_otel"
 
 
-KAOS_METER_NAMES = (METER_NAME, "kaos_otel.instrumentation.mem0")
+MEM0_METER_NAME = "kaos_otel.instrumentation.mem0"
+"""The meter (and tracer) of the Mem0 instrumentor."""
+KAOS_METER_NAMES = (METER_NAME, MEM0_METER_NAME)
 """The meters kaos-otel records on: its own and its instrumentations'."""
 
 

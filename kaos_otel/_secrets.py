@@ -49,7 +49,11 @@ _SECRET_NAMES = (
 """The names a key holds when its value is a secret (and ``token``, which key=value pairs read
 apart: ``max_tokens`` is no secret), as regex alternatives for the patterns below."""
 
-_SECRET_WORD = re.compile(rf"(?i){_SECRET_NAMES}|token")
+_SECRET_IN_NAME = rf"(?i:{_SECRET_NAMES}|token)"
+"""A secret's name inside a key's, an entry's or an element's name (``DB_PASSWORD``,
+``api-token``), as a regex."""
+
+_SECRET_WORD = re.compile(_SECRET_IN_NAME)
 """A secret's name anywhere in a key."""
 
 
@@ -74,9 +78,6 @@ _JWT = re.compile(
 separator (``my_jwt_eyJ...``, ``Bearer-eyJ...``, within 64 characters). A scan starts only where
 a run of token characters starts: from each "eyJ" of "eyJ_eyJ_..." it would rerun to the run's
 end."""
-
-_SECRET_IN_NAME = rf"(?i:{_SECRET_NAMES}|token)"
-"""A secret's name inside an entry's or an element's name (``DB_PASSWORD``, ``api-token``)."""
 
 _SECRET_KEY_ENDINGS = (
     r"password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|"

@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,18 +57,15 @@ class Item:
 
 @dataclass(slots=True)
 class Report:
-    """What an import did, one line per item."""
+    """What an import did: one printed line per item, and the failures counted."""
 
-    lines: list[str] = field(default_factory=list)
     failures: int = 0
 
     def ok(self, text: str) -> None:
-        self.lines.append(f"ok      {text}")
         print(f"ok      {text}")
 
     def fail(self, text: str) -> None:
         self.failures += 1
-        self.lines.append(f"FAILED  {text}")
         print(f"FAILED  {text}", file=sys.stderr)
 
 

@@ -169,7 +169,9 @@ class SpanHandle:
         self._end()
 
     def failure(self, exc: BaseException) -> None:
-        """End the span as failed by ``exc``: exception event, ERROR status and ``error.type``."""
+        """End the span as failed by ``exc``: exception event, ``error.type`` and ERROR status (a
+        cancellation, ``asyncio.CancelledError`` or the process stopping, ends ``canceled`` with
+        the status left unset)."""
         if not self._claim_end():
             return
         canceled = isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt | SystemExit)

@@ -4,8 +4,9 @@ This module is the single source of truth. Docs, dashboards, alert rules and tes
 against it, so a convention rename is one edit here. Names come from the OpenTelemetry GenAI,
 memory and MCP conventions where one exists; ``kaos.*`` names are used only where none does.
 
-Units: every duration is in seconds (``s``), as OpenTelemetry recommends, and every duration
-histogram uses explicit buckets from 5 ms to 10 minutes (SigNoz drops exponential histograms).
+Units: every duration is in seconds (``s``), as OpenTelemetry recommends. Every duration
+histogram has explicit buckets (SigNoz drops exponential histograms): from 5 ms to 10 minutes for
+``kaos.*``, the GenAI convention's advised buckets (10 ms to 81.92 s) for ``gen_ai.*``.
 """
 
 from __future__ import annotations

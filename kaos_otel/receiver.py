@@ -92,8 +92,19 @@ class ReceivedLink(NamedTuple):
     attributes: dict[str, Any]
 
 
+class _FromAService:
+    """A received item with its resource's attributes."""
+
+    resource: dict[str, Any]
+
+    @property
+    def service_name(self) -> str:
+        """The resource's ``service.name`` (empty if absent)."""
+        return str(self.resource.get("service.name", ""))
+
+
 @dataclass(frozen=True)
-class ReceivedSpan:
+class ReceivedSpan(_FromAService):
     """One span, flattened together with its resource and scope."""
 
     trace_id: str
@@ -112,18 +123,13 @@ class ReceivedSpan:
     end_time_unix_nano: int
 
     @property
-    def service_name(self) -> str:
-        """The resource's ``service.name`` (empty if absent)."""
-        return str(self.resource.get("service.name", ""))
-
-    @property
     def duration_s(self) -> float:
         """End minus start, in seconds."""
         return (self.end_time_unix_nano - self.start_time_unix_nano) / 1e9
 
 
 @dataclass(frozen=True)
-class ReceivedMetricPoint:
+class ReceivedMetricPoint(_FromAService):
     """One metric data point, flattened together with its metric, resource and scope."""
 
     name: str
@@ -144,14 +150,9 @@ class ReceivedMetricPoint:
     bucket_counts: tuple[int, ...] = ()
     explicit_bounds: tuple[float, ...] = ()
 
-    @property
-    def service_name(self) -> str:
-        """The resource's ``service.name`` (empty if absent)."""
-        return str(self.resource.get("service.name", ""))
-
 
 @dataclass(frozen=True)
-class ReceivedLog:
+class ReceivedLog(_FromAService):
     """One log record, flattened together with its resource and scope."""
 
     body: Any
@@ -165,11 +166,6 @@ class ReceivedLog:
     scope_name: str
     time_unix_nano: int
     observed_time_unix_nano: int
-
-    @property
-    def service_name(self) -> str:
-        """The resource's ``service.name`` (empty if absent)."""
-        return str(self.resource.get("service.name", ""))
 
 
 @dataclass

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from kaos_otel import KaosOtelManager, catalog, sanitized_exporter
 from kaos_otel._config import OtlpProtocol, TelemetrySettings
 from kaos_otel._content import ContentPolicy
-from kaos_otel._logs import KaosLoggingHandler, keep_on_root, release_bridges_to
+from kaos_otel._logs import KaosLoggingHandler, keep_on_root, release_bridges_to, root_logging_kept
 from kaos_otel.exporters.batch import BatchQueue, BatchSettings
 from kaos_otel.exporters.health import TelemetryHealth
 from kaos_otel.receiver import OtlpReceiver
@@ -1020,3 +1020,17 @@ def test_a_released_bridge_never_comes_back_through_a_concurrent_dictconfig() ->
     finally:
         sys.setswitchinterval(interval)
     assert came_back == 0
+
+
+def test_root_logging_kept_undoes_what_a_block_does_to_the_root_logger() -> None:
+    """An import's ``basicConfig`` (``force=True`` removes the app's handlers) is undone whole."""
+    root = logging.getLogger()
+    mine = logging.NullHandler()
+    level, handlers = root.level, list(root.handlers)
+    root.addHandler(mine)
+    try:
+        with root_logging_kept():
+            logging.basicConfig(level=logging.DEBUG, force=True)
+        assert (root.level, root.handlers) == (level, [*handlers, mine])
+    finally:
+        root.removeHandler(mine)

@@ -344,7 +344,9 @@ class SpanBatchProcessor(_QueuedProcessor[ReadableSpan], SpanProcessor):
 
 
 class LogBatchProcessor(_QueuedProcessor[ReadWriteLogRecord], LogRecordProcessor):
-    """Cleans each log record (content policy) and exports them in batches off the request's thread."""
+    """Caps each log record's text body (the queue's memory stays bounded) and exports the records
+    in batches off the request's thread; the exporter cleans them
+    (:class:`~kaos_otel.exporters.pipeline.SanitizingLogExporter`)."""
 
     def __init__(
         self,

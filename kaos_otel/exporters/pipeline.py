@@ -6,7 +6,6 @@ export thread, never on the request's thread, and they never raise into the SDK.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,9 +26,6 @@ from opentelemetry.util.types import AttributeValue
 from kaos_otel._content import ContentPolicy, policy_from_env, safe_str
 from kaos_otel._internal_log import internal_error
 from kaos_otel.exporters.health import TelemetryHealth
-
-_log = logging.getLogger(__name__)
-
 
 _export_thread = threading.local()
 

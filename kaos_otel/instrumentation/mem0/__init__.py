@@ -64,6 +64,7 @@ from opentelemetry.trace import TracerProvider
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import policy_from_env
 from kaos_otel._internal_log import internal_error
+from kaos_otel._metrics import MEM0_METER_NAME
 from kaos_otel._telemetry import AgentTelemetry
 from kaos_otel.instrumentation.mem0._wrappers import METHODS, Mem0Tracing
 from kaos_otel.instrumentation.mem0.package import _instruments
@@ -90,7 +91,7 @@ def _telemetry_from_providers(kwargs: dict[str, Any]) -> AgentTelemetry:
         kwargs.get("meter_provider"),
         policy=policy_from_env(kwargs.get("capture_content")),
         enabled=not TelemetrySettings.from_env().disabled,
-        scope=__name__,
+        scope=MEM0_METER_NAME,
     )
 
 
