@@ -85,6 +85,8 @@ class TraceAssembler:
 
 
 def _has_root(pending: _Pending) -> bool:
+    """Whether the span with no parent at all has arrived. Not :func:`is_root`: a span whose parent
+    was not received yet may be waiting for it (children end, and are exported, first)."""
     return any(span.parent_span_id is None for span in pending.spans.values())
 
 

@@ -49,7 +49,7 @@ def is_root(span: ReceivedSpan, ids: set[str]) -> bool:
 def is_startup_trace(spans: Sequence[ReceivedSpan]) -> bool:
     """Whether a trace is MCP session start-up (every root span is ``server/discover``, ``initialize``...)."""
     ids = {s.span_id for s in spans}
-    roots = [s for s in spans if s.parent_span_id is None or s.parent_span_id not in ids]
+    roots = [s for s in spans if is_root(s, ids)]
     return bool(roots) and all(
         s.attributes.get(catalog.MCP_METHOD_NAME) in _STARTUP_MCP_METHODS for s in roots
     )
@@ -137,7 +137,7 @@ class _Renderer:
         header = f"trace {trace_id} ({format_duration((end - start) / 1e9)}, {count}){label}"
         self.lines.append(self._paint(header, _BOLD))
         self._rows = []
-        self._level(roots, children, "", None)
+        self._level(roots, children, "", None, ids)
         column = min(_MAX_LABEL, max((row[0] for row in self._rows if row[2]), default=0)) + 2
         for length, text, drawn in self._rows:
             if self._waterfall and drawn is not None:
@@ -155,16 +155,17 @@ class _Renderer:
         children: dict[str, list[ReceivedSpan]],
         prefix: str,
         parent: ReceivedSpan | None,
+        ids: set[str],
     ) -> None:
         ordered = sorted(spans, key=lambda s: (s.start_time_unix_nano, s.span_id))
         for i, span in enumerate(ordered):
             last = i == len(ordered) - 1
-            orphan = not prefix and span.parent_span_id is not None
+            orphan = not prefix and span.parent_span_id is not None and span.parent_span_id not in ids
             late = parent is not None and span.end_time_unix_nano - parent.end_time_unix_nano > _LATE_NS
             self._span(span, prefix + ("└─ " if last else "├─ "), orphan, late)
             inner = prefix + ("   " if last else "│  ")
             self._errors(span, inner)
-            self._level(children.get(span.span_id, []), children, inner, span)
+            self._level(children.get(span.span_id, []), children, inner, span, ids)
 
     def _span(self, span: ReceivedSpan, lead: str, orphan: bool, late: bool) -> None:
         tier = span.attributes.get(catalog.KAOS_MEMORY_TIER)

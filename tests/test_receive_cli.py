@@ -20,7 +20,7 @@ import pytest
 from kaos_otel import KaosOtelManager, catalog
 from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
 from kaos_otel._receive import TraceAssembler
-from kaos_otel._trace_tree import render_trace_trees
+from kaos_otel._trace_tree import is_startup_trace, render_trace_trees
 from kaos_otel.cli import main as kaos_otel_main
 from kaos_otel.receiver import ReceivedMetricPoint, ReceivedSpan
 
@@ -340,6 +340,20 @@ def test_spans_whose_parents_form_a_cycle_are_still_drawn() -> None:
     spans = [_span("t1", "a", "b", start=1), _span("t1", "b", "a", start=2), _span("t1", "c", "b", start=3)]
     drawn = render_trace_trees(spans)
     assert [line.split()[2] for line in drawn.splitlines()[1:]] == ["op-a", "op-b", "op-c"]
+
+
+@pytest.mark.fast
+def test_a_span_is_marked_parent_missing_only_when_its_parent_was_not_received() -> None:
+    """One rule for a trace's roots: a span that is its own parent, or the first of a cycle, is a
+    root drawn as one, and a start-up trace whose ``initialize`` is its own parent is one."""
+    cycle = [_span("t1", "a", "b", start=1), _span("t1", "b", "a", start=2)]
+    own_parent = dataclasses.replace(
+        _span("t2", "i", "i"), attributes={catalog.MCP_METHOD_NAME: "initialize"}
+    )
+    drawn = render_trace_trees([*cycle, own_parent, _span("t3", "x", "remote")])
+    (missing,) = [line for line in drawn.splitlines() if "(parent missing)" in line]
+    assert "op-x" in missing
+    assert is_startup_trace([own_parent])
 
 
 @pytest.mark.fast
