@@ -37,8 +37,10 @@ _MARK = "kaos_otel_instrumented"
 DEFAULT_FLUSH_TIMEOUT_S = 5.0
 _OTEL_FASTAPI_INSTRUMENTED = (
     "kaos-otel: OpenTelemetry's FastAPI instrumentation is on for this app too, so every request "
-    "gets a second server span. Fix: OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi under "
-    "opentelemetry-instrument, or do not call FastAPIInstrumentor.instrument_app on it"
+    "gets its spans as well (one for the request, one per ASGI receive and send) next to "
+    "kaos-otel's server span. Fix: OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi under "
+    "opentelemetry-instrument, or do not call FastAPIInstrumentor.instrument_app on it (its "
+    "http.server.* metrics go with it)"
 )
 
 
