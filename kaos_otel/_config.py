@@ -42,6 +42,7 @@ from opentelemetry.sdk.environment_variables import (
 )
 
 from kaos_otel._internal_log import internal_error, log_once
+from kaos_otel.catalog import TELEMETRY_SIGNALS
 
 OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 KAOS_OTEL_CONSOLE = "KAOS_OTEL_CONSOLE"
@@ -52,7 +53,7 @@ OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT = "OTEL_LOGRECORD_ATTRIBUTE_VALUE_LE
 
 _E = TypeVar("_E", bound=StrEnum)
 
-SIGNALS = ("traces", "metrics", "logs")
+SIGNALS = TELEMETRY_SIGNALS
 SIGNAL_ENDPOINTS = {
     "traces": OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
     "metrics": OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,

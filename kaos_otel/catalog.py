@@ -194,6 +194,10 @@ KAOS_MEMORY_PROVIDER = "kaos.memory.provider"
 KAOS_MEMORY_INFER = "kaos.memory.infer"
 KAOS_TELEMETRY_SIGNAL = "kaos.telemetry.signal"
 KAOS_TELEMETRY_REASON = "kaos.telemetry.reason"
+TELEMETRY_SIGNALS = ("traces", "metrics", "logs")
+"""The values of ``kaos.telemetry.signal``."""
+TELEMETRY_DROP_REASONS = ("queue_full", "export_failed", "shutdown")
+"""The values of ``kaos.telemetry.reason``: why telemetry was lost."""
 KAOS_TRACE_TRUST = "kaos.trace.trust"
 KAOS_REQUESTED_NAME = "kaos.requested_name"
 
@@ -672,7 +676,10 @@ METRICS: tuple[MetricSpec, ...] = (
         "{item}",
         "Telemetry items dropped or failed to export",
         (KAOS_TELEMETRY_SIGNAL, KAOS_TELEMETRY_REASON),
-        fixed_label_values={KAOS_TELEMETRY_SIGNAL: 3, KAOS_TELEMETRY_REASON: 3},
+        fixed_label_values={
+            KAOS_TELEMETRY_SIGNAL: len(TELEMETRY_SIGNALS),
+            KAOS_TELEMETRY_REASON: len(TELEMETRY_DROP_REASONS),
+        },
     ),
 )
 
@@ -794,8 +801,8 @@ def metrics_markdown() -> str:
         KAOS_MEMORY_SCOPE: [*(s.value for s in MemoryScope), MEMORY_SCOPE_NONE],
         GEN_AI_OPERATION_NAME: ["chat"],
         GEN_AI_TOKEN_TYPE: ["input", "output"],
-        KAOS_TELEMETRY_SIGNAL: ["traces", "metrics", "logs"],
-        KAOS_TELEMETRY_REASON: ["queue_full", "export_failed", "shutdown"],
+        KAOS_TELEMETRY_SIGNAL: list(TELEMETRY_SIGNALS),
+        KAOS_TELEMETRY_REASON: list(TELEMETRY_DROP_REASONS),
     }
     lines = [
         "# Metrics",

@@ -7,12 +7,13 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from kaos_otel import catalog
 from kaos_otel.cli import main
+from kaos_otel.exporters.health import DropReason, Signal
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 REGENERATE = "regenerate it: kaos-otel catalog --markdown > docs/metrics.md"
@@ -126,3 +127,9 @@ def test_markdown_entry_point() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == catalog.metrics_markdown()
+
+
+def test_the_health_types_name_the_catalogs_values() -> None:
+    """The loss counter's label values live in the catalog; the types that check them agree."""
+    assert get_args(Signal) == catalog.TELEMETRY_SIGNALS
+    assert get_args(DropReason) == catalog.TELEMETRY_DROP_REASONS

@@ -5,14 +5,16 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterable
-from typing import Literal, get_args
+from typing import Literal
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from kaos_otel import catalog
 
 Signal = Literal["traces", "metrics", "logs"]
+"""A signal (the values of :data:`kaos_otel.catalog.TELEMETRY_SIGNALS`, as a type)."""
 DropReason = Literal["queue_full", "export_failed", "shutdown"]
+"""Why items were lost (:data:`kaos_otel.catalog.TELEMETRY_DROP_REASONS`, as a type)."""
 
 
 class TelemetryHealth:
@@ -47,6 +49,6 @@ class TelemetryHealth:
                 counts.get((signal, reason), 0),
                 {catalog.KAOS_TELEMETRY_SIGNAL: signal, catalog.KAOS_TELEMETRY_REASON: reason},
             )
-            for signal in get_args(Signal)
-            for reason in get_args(DropReason)
+            for signal in catalog.TELEMETRY_SIGNALS
+            for reason in catalog.TELEMETRY_DROP_REASONS
         ]
