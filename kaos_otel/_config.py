@@ -161,9 +161,10 @@ class TelemetrySettings:
     span_schedule_delay_ms: int | None = None
     span_max_queue_size: int | None = None
     attribute_value_length_limit: int = DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
-    """kaos-otel's own cap on attribute values: never below the limit the SDK applies to spans or
-    to log records (which it reads itself), so that within the SDK's limits a value exports as it
-    would without kaos-otel."""
+    """kaos-otel's own cap on attribute values: never below a limit the SDK applies to spans or to
+    log records (which it reads itself), so that within the SDK's limits a value exports as it
+    would without kaos-otel; where the SDK applies none (no variable, or an empty one), it is
+    :data:`DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT`."""
     capture_content: ContentCapture = ContentCapture.NO_CONTENT
     console: bool = False
     """Traces and metrics also to stdout (``KAOS_OTEL_CONSOLE``, or ``console=True``)."""
