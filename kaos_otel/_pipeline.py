@@ -134,7 +134,7 @@ _EXPORT_SETTINGS: weakref.WeakKeyDictionary[Any, tuple[object, ...]] = weakref.W
 manager that finds them already installed says so only when its own would differ."""
 
 
-def _shut_down(provider: object, kind: str) -> bool:
+def _shut_down_earlier(provider: object, kind: str) -> bool:
     """Whether the global ``provider`` was shut down by an earlier manager (said once, as a warning)."""
     if provider not in _SHUT_DOWN_PROVIDERS:
         return False
@@ -391,7 +391,7 @@ class ExportPipeline:
     ) -> trace.TracerProvider:
         current = trace.get_tracer_provider()
         if global_providers and not isinstance(current, trace.ProxyTracerProvider):
-            if not _shut_down(current, "tracer"):
+            if not _shut_down_earlier(current, "tracer"):
                 return current
             global_providers = False
         settings = self.settings
@@ -433,7 +433,7 @@ class ExportPipeline:
         if global_providers and isinstance(
             current, MeterProvider | CatalogMeterProvider | metrics.NoOpMeterProvider
         ):
-            if not _shut_down(_sdk_provider(current), "meter"):
+            if not _shut_down_earlier(_sdk_provider(current), "meter"):
                 if (
                     export_other_metrics
                     and isinstance(current, CatalogMeterProvider)
@@ -490,7 +490,7 @@ class ExportPipeline:
     ) -> _logs.LoggerProvider:
         current = get_logger_provider()
         if global_providers and isinstance(current, LoggerProvider | NoOpLoggerProvider):
-            if not _shut_down(current, "logger"):
+            if not _shut_down_earlier(current, "logger"):
                 return current
             global_providers = False
         settings = self.settings
