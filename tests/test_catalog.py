@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -81,7 +80,9 @@ def test_label_set_bound_is_the_product_of_key_bounds() -> None:
         bounds = dict(spec.label_value_bounds)
         assert list(bounds) == list(spec.attributes), spec.name
         assert all(bound >= 1 for bound in bounds.values()), spec.name
-        assert spec.max_label_sets == math.prod(bounds.values()), spec.name
+    tools = catalog.METRICS_BY_NAME[catalog.KAOS_TOOL_CALLS]
+    # agents and tools: up to the cap plus the overflow value; outcomes: a closed set
+    assert tools.max_label_sets == (catalog.LABEL_VALUE_CAP + 1) ** 2 * len(catalog.Outcome)
     memory = catalog.METRICS_BY_NAME[catalog.KAOS_MEMORY_OPERATIONS]
     # every listed operation plus "other", every scope plus "none"
     assert memory.value_bound(catalog.KAOS_MEMORY_OPERATION) == len(catalog.MEMORY_OPERATIONS) + 1
