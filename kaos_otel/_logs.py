@@ -278,10 +278,10 @@ def root_logging_kept() -> Iterator[None]:
         for handler in root.handlers[:]:
             if handler not in handlers:
                 root.removeHandler(handler)
+                handler.close()
         for handler in handlers:
             if handler not in root.handlers:  # removed in the block (basicConfig(force=True))
                 root.addHandler(handler)
-                handler.close()
 
 
 def console_handler(level: int = logging.INFO, fmt: str = CONSOLE_FORMAT) -> logging.Handler:

@@ -1024,13 +1024,24 @@ def test_a_released_bridge_never_comes_back_through_a_concurrent_dictconfig() ->
 
 def test_root_logging_kept_undoes_what_a_block_does_to_the_root_logger() -> None:
     """An import's ``basicConfig`` (``force=True`` removes the app's handlers) is undone whole."""
+    closed: list[logging.Handler] = []
+
+    class Closing(logging.NullHandler):
+        def close(self) -> None:
+            closed.append(self)
+            super().close()
+
     root = logging.getLogger()
-    mine = logging.NullHandler()
+    mine = Closing()
     level, handlers = root.level, list(root.handlers)
     root.addHandler(mine)
     try:
         with root_logging_kept():
-            logging.basicConfig(level=logging.DEBUG, force=True)
+            logging.basicConfig(level=logging.DEBUG, force=True)  # closes and removes mine
+            closed.clear()
+            added = Closing()
+            root.addHandler(added)
         assert (root.level, root.handlers) == (level, [*handlers, mine])
+        assert closed == [added]  # what the block added is closed; what it removed is back, open
     finally:
         root.removeHandler(mine)
