@@ -227,14 +227,7 @@ class TelemetrySettings:
             protocols[signal] = signal_protocol
             if where and (signal not in exporters or "otlp" in exporters[signal]):
                 endpoints[signal] = where
-        capture = values.pop("capture_content", None)
-        if isinstance(capture, bool):
-            values["capture_content"] = (
-                ContentCapture.SPAN_AND_EVENT if capture else ContentCapture.NO_CONTENT
-            )
-        else:
-            from_env = env.get(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
-            values["capture_content"] = _capture(str(capture) if capture is not None else from_env)
+        values["capture_content"] = _capture_content(values.pop("capture_content", None), env)
         trust = values.get("trust", env.get(KAOS_OTEL_TRUST))
         values["trust"] = TrustPolicy.from_setting(trust)
         # as the SDK's providers read it: "true" in any case, nothing else
@@ -250,9 +243,7 @@ class TelemetrySettings:
             values["disabled"] = True
         values.setdefault("disabled", disabled_by_env)
         values.setdefault("console", _bool(env.get(KAOS_OTEL_CONSOLE)))
-        values.setdefault(
-            "attribute_value_length_limit", _attribute_limit(env) or DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
-        )
+        values.setdefault("attribute_value_length_limit", _attribute_cap(env))
         return replace(
             cls(),
             endpoints=endpoints,
@@ -388,6 +379,25 @@ def _signal_endpoint(
             return endpoint.rstrip("/") + f"/v1/{signal}"
         return endpoint
     return env.get(SIGNAL_ENDPOINTS[signal]) or env.get(OTEL_EXPORTER_OTLP_ENDPOINT) or None
+
+
+def content_from_env(capture_content: bool | str | None = None) -> tuple[ContentCapture, int]:
+    """Content capture (``capture_content``, else ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``)
+    and the attribute value cap, read from the environment as a manager reads them, and nothing
+    else of it."""
+    return _capture_content(capture_content, os.environ), _attribute_cap(os.environ)
+
+
+def _capture_content(capture: object, env: Mapping[str, str]) -> ContentCapture:
+    """The capture ``capture`` asks for (``True``/``False`` or a mode), else the environment's."""
+    if isinstance(capture, bool):
+        return ContentCapture.SPAN_AND_EVENT if capture else ContentCapture.NO_CONTENT
+    from_env = env.get(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
+    return _capture(str(capture) if capture is not None else from_env)
+
+
+def _attribute_cap(env: Mapping[str, str]) -> int:
+    return _attribute_limit(env) or DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT
 
 
 def _attribute_limit(env: Mapping[str, str]) -> int | None:

@@ -25,7 +25,7 @@ from typing import TypeVar
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AnyValue, AttributeValue
 
-from kaos_otel._config import DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT, ContentCapture, TelemetrySettings
+from kaos_otel._config import DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT, ContentCapture, content_from_env
 from kaos_otel._secrets import REDACTED, SECRET_KEY_NAME, Redactor, default_redactor
 
 __all__ = ["REDACTED", "ContentPolicy", "Redactor", "default_redactor"]
@@ -281,8 +281,8 @@ def policy_from_env(capture_content: bool | str | None = None) -> ContentPolicy:
     """The content policy the environment asks for, as a manager reads it: capture from
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (or ``capture_content``), the cap from
     the attribute value length limits."""
-    settings = TelemetrySettings.from_env(capture_content=capture_content)
-    return ContentPolicy(settings.capture_content, max_value_length=settings.attribute_value_length_limit)
+    capture, cap = content_from_env(capture_content)
+    return ContentPolicy(capture, max_value_length=cap)
 
 
 _DIRECT_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"

@@ -38,6 +38,7 @@ from kaos_otel import (
     ContentCapture,
     ContentPolicy,
     KaosOtelManager,
+    _config,
     catalog,
     sanitized_exporter,
 )
@@ -326,6 +327,9 @@ def test_domain_helpers_on_host_providers_follow_the_environment_as_a_manager_do
     """Content capture and the cap come from the standard variables, not from defaults of ours."""
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
     monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "64")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")  # the host's business: nothing said of it
+    said: list[object] = []
+    monkeypatch.setattr(_config, "log_once", lambda *args, **kwargs: said.append(args))
     policy = AgentTelemetry.from_providers(TracerProvider(shutdown_on_exit=False)).content_policy
     assert (policy.capture, policy.max_value_length) == (ContentCapture.SPAN_ONLY, 64)
     exported = InMemorySpanExporter()
@@ -335,3 +339,4 @@ def test_domain_helpers_on_host_providers_follow_the_environment_as_a_manager_do
         pass
     (span,) = exported.get_finished_spans()
     assert span.attributes is not None and len(str(span.attributes["text"])) == 64
+    assert said == []
