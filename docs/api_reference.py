@@ -87,8 +87,19 @@ def _doc(obj: Any) -> str:
 
 
 def _members(cls: type) -> list[str]:
+    """The public members ``cls`` defines, and those it gets from private bases of kaos-otel's (a
+    reader of the reference sees them nowhere else)."""
     lines: list[str] = []
-    for name, member in cls.__dict__.items():
+    private_bases = [
+        base
+        for base in cls.__mro__[1:]
+        if base.__name__.startswith("_") and base.__module__.startswith("kaos_otel")
+    ]
+    seen: set[str] = set()
+    for name, member in [item for owner in (cls, *private_bases) for item in vars(owner).items()]:
+        if name in seen:
+            continue
+        seen.add(name)
         if name.startswith("_") or not (callable(member) or isinstance(member, property | classmethod)):
             continue
         if isinstance(member, property):

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence, Set, ValuesView
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TypeVar
+from typing import TypeGuard, TypeVar
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AnyValue, AttributeValue
@@ -41,6 +41,8 @@ _MAX_STRUCTURE_ITEMS = 256
 _MAX_STRUCTURE_DEPTH = 8
 """A structured log attribute (mapping or list) larger or deeper than this is exported as its
 JSON text, redacted and capped like any string."""
+_NAME_LIKE = re.compile(r"[\w.-]{1,64}")
+"""What a pair's first item looks like when it is a name (a header's, a variable's), not text."""
 REDACTION_MARGIN = 256
 """Characters past the size cap still scanned, so that a secret the cap cuts through is masked."""
 
@@ -160,8 +162,6 @@ class ContentPolicy:
         if isinstance(value, Sequence) and value and isinstance(value[0], str):
             if self.is_secret_named(key):  # e.g. http.request.header.authorization
                 return tuple(REDACTED for _ in value)
-            if self._is_secret_pair(value):
-                return (self.clean_text(str(value[0]), self.max_value_length), REDACTED)
             return tuple(self.clean_text(str(item), self.max_value_length) for item in value)
         if isinstance(value, bytes):
             return self._clean_bytes(key, value)
@@ -194,12 +194,16 @@ class ContentPolicy:
                 return self.clean_text(json.dumps(value, default=safe_str), self.max_value_length)
             if isinstance(value, Mapping):
                 return {
-                    self._clean_key(str(k)): self._clean_structured(str(k), v, depth + 1)
+                    self._clean_key(str(k)): self._clean_structured(_name_of_key(k), v, depth + 1)
                     for k, v in value.items()
                 }
-            if self._is_secret_pair(value):  # a header, an environment entry: its value masked
-                return [self._clean_structured(key, value[0], depth + 1), REDACTED]
-            return [self._clean_structured(key, item, depth + 1) for item in value]
+            items: list[object] = []
+            for item in value:
+                if self._is_secret_pair(item):  # an item of a list of pairs: headers, environment entries
+                    items.append([self._clean_structured(key, item[0], depth + 2), REDACTED])
+                else:
+                    items.append(self._clean_structured(key, item, depth + 1))
+            return items
         return self.clean_text(safe_str(value), self.max_value_length)
 
     def clean_body(self, body: AnyValue) -> AnyValue:
@@ -218,15 +222,15 @@ class ContentPolicy:
             secret = remember(self._secret_named, key, self.secret_keys.search(key) is not None)
         return secret
 
-    def _is_secret_pair(self, value: Sequence[object]) -> bool:
-        """Whether ``value`` is a (name, value) pair whose name is a secret-named key's, as the
-        default redactor reads one in text."""
-        if len(value) != 2 or _is_empty(value[1]):
+    def _is_secret_pair(self, item: object) -> TypeGuard[list[object] | tuple[object, ...]]:
+        """Whether ``item`` (of a list) is a (name, value) pair whose name is a key's name that
+        names a secret, and whose value is not empty."""
+        if not isinstance(item, list | tuple) or len(item) != 2 or _is_empty(item[1]):
             return False
-        name = value[0]
+        name = item[0]
         if isinstance(name, bytes):
             name = name.decode("utf-8", "replace")
-        return isinstance(name, str) and len(name) <= CACHED_TEXT_LENGTH and self.is_secret_named(name)
+        return isinstance(name, str) and _NAME_LIKE.fullmatch(name) is not None and self.is_secret_named(name)
 
     def clean_attributes(self, attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:
         """Clean every value of an attribute mapping."""
@@ -337,7 +341,7 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
         return value
     if isinstance(value, str):
         return policy.bound_size(value, policy.max_value_length)
-    if not isinstance(value, _WALKED) or _made_text(value):
+    if not isinstance(value, _WALKED) or _made_text(value, policy.max_value_length):
         # a UUID, a path, an enum, a small set: its plain text, not a JSON string literal in quotes
         return policy.bound_size(safe_str(value), policy.max_value_length)
     if (
@@ -438,7 +442,7 @@ class _BoundedWalk:
             if item.bit_length() <= _MAX_JSON_INT_BITS:  # a JSON number, as json.dumps writes it
                 self._take(room, int(item.bit_length() * 0.30103) + 3)  # its digits, sign, separator
                 return item
-        if not isinstance(item, _WALKED) or _made_text(item):
+        if isinstance(item, str | bytes) or not isinstance(item, _WALKED) or _made_text(item, self._limit):
             if room is None:
                 if isinstance(item, bytes) and len(item) <= self._limit:
                     return item
@@ -465,13 +469,8 @@ class _BoundedWalk:
                     full = safe_str(key) if room is None and not isinstance(key, bytes) else _key_text(key)
                     # named a secret (by its whole name, before any cut; a tuple key by its last
                     # part): masked whole, whatever it holds, as the export layer masks a structure
-                    secret = not _is_empty(member) and (
-                        self._policy.is_secret_named(full)
-                        or (
-                            isinstance(key, tuple)
-                            and bool(key)
-                            and self._policy.is_secret_named(_key_text(key[-1]))
-                        )
+                    secret = not _is_empty(member) and self._policy.is_secret_named(
+                        _name_of_key(key) if isinstance(key, tuple) else full
                     )
                     if room is None:
                         name = self._cleaned(full, self._limit, "")
@@ -534,18 +533,29 @@ _TEXT_COLLECTIONS = (Set, deque, ValuesView)
 """Collections exported as the text ``str()`` makes of them (``{1, 2}``), unless too long for it:
 sets, deques and dict views (``keys()`` and ``items()`` are sets)."""
 
-_WALKED = (Mapping, list, tuple, *_TEXT_COLLECTIONS)
-"""What may be walked item by item."""
+_WALKED = (dict, list, tuple, Mapping, *_TEXT_COLLECTIONS)
+"""What may be walked item by item (the concrete types first: they are checked fastest)."""
 
 
-def _made_text(value: Collection[object]) -> bool:
+def _made_text(value: Collection[object], cap: int) -> bool:
     """Whether ``value`` is exported as its text, not walked: a collection of
-    :data:`_TEXT_COLLECTIONS` short enough for its text to be made whole (a set of two million
-    numbers would cost a second; it is walked as a list instead)."""
+    :data:`_TEXT_COLLECTIONS` whose text is short to make (at most 256 numbers, or strings and
+    bytes within ``cap``). A longer one, or one of larger items, is walked as a list: a set of
+    two million numbers would cost a second."""
     try:
-        return isinstance(value, _TEXT_COLLECTIONS) and len(value) <= _MAX_STRUCTURE_ITEMS
-    except Exception:  # a __len__ that raises: its text is tried, as for any object
+        return (
+            isinstance(value, _TEXT_COLLECTIONS)
+            and len(value) <= _MAX_STRUCTURE_ITEMS
+            and all(_short_scalar(item, cap) for item in value)
+        )
+    except Exception:  # a __len__ or __iter__ that raises: its text is tried, as for any object
         return True
+
+
+def _short_scalar(item: object, cap: int) -> bool:
+    if item is None or isinstance(item, bool | int | float):
+        return True
+    return isinstance(item, str | bytes) and len(item) <= cap
 
 
 def _text_of(item: object, cap: int) -> str:
@@ -559,6 +569,14 @@ def _text_of(item: object, cap: int) -> str:
 def _is_empty(value: object) -> bool:
     """``None`` or an empty string, bytes or container: nothing under a secret-named key to mask."""
     return value is None or (isinstance(value, str | bytes | Mapping | list | tuple) and not len(value))
+
+
+def _name_of_key(key: object) -> str:
+    """The name a mapping key gives its value: a tuple key's last part (``("db", "password")``),
+    bytes decoded, anything else as its text."""
+    if isinstance(key, tuple) and key:
+        key = key[-1]
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else safe_str(key)
 
 
 def _key_text(key: object) -> str:

@@ -91,6 +91,29 @@ SECRET_KEY_NAME = re.compile(rf"(?i)(?:{_SECRET_KEY_ENDINGS})$")
 (``db.password``, ``auth_token``, ``accessKey``; not ``gen_ai.token.type``, ``max_tokens``,
 ``password_min_length``)."""
 
+_SECRET_KEY_IN_TEXT = (
+    r"(?:(?:" + _SECRET_NAMES + r")s?"
+    r"(?P<suffix>(?:(?-i:[_.0-9A-Z-])|(?=key|value|new|old|current|confirm|hash|salt|str|text|raw|enc"
+    r"|v[0-9]|prod|admin|access|digest|data|b64|base64|hex))[\w.-]{0,64})?"
+    r"|token(?:[_.-]?(?:value|v\d+|str|string|secret))?)"
+)
+"""A key naming a secret as text writes it, key=value or as a pair's name (a pattern for a
+case-insensitive regex; ``suffix``: what follows the secret's name, see :func:`_about_a_secret`)."""
+
+_NAME_OF_A_SECRET = re.compile(r"(?i)" + _SECRET_KEY_IN_TEXT + r"\Z")
+"""A name that ends in a secret's name (:func:`_names_a_secret`)."""
+
+
+def _names_a_secret(name: str) -> bool:
+    """Whether ``name`` (a pair's first item) names a secret, as the key of a key=value pair would:
+    ``DB_PASSWORD``, ``SECRET_KEY_BASE``, ``x-api-key``; not ``password_min_length``, ``max_tokens``."""
+    match = _NAME_OF_A_SECRET.search(name)
+    if match is None:
+        return False
+    suffix = match.group("suffix")
+    return not (suffix and _about_a_secret(suffix))
+
+
 DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # PEM private-key blocks and PGP private-key blocks; one cut by a size cap is masked to its end
     re.compile(
@@ -147,11 +170,17 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"name:[^\S\r\n]*[\"']?[\w.-]{0,64}" + _SECRET_IN_NAME + r"[\w.-]{0,64}[\"']?[^\S\r\n]*\r?\n"
         r"[^\S\r\n]*value:[^\S\r\n]*[\"']?(?P<value>[^\s\"']+)"
     ),
-    # a (name, value) pair whose name is a secret-named key's, as JSON or Python writes one:
-    # [["DB_PASSWORD", "x"]], [('api_key', 'x')] (header lists, environment items, dict.items())
+    # a (name, value) pair whose name names a secret (as a key=value key would: _names_a_secret),
+    # an item of a list of pairs or a tuple, as JSON or Python write one, on one line or several:
+    # [["DB_PASSWORD", "x"]], [('api_key', 'x')], (b'x-api-key', b'x'), ('pin_password', 1234),
+    # dict_items([...]). Not a two-item list elsewhere ({"required": ["password", "username"]} is
+    # a schema), nor a call's arguments (os.environ.get("API_KEY", "")). A quoted value the text
+    # cuts runs to its end.
     re.compile(
-        r"[\[(][^\S\r\n]*[\"'][\w.-]{0,64}(?i:" + _SECRET_KEY_ENDINGS + r")[\"'][^\S\r\n]*,[^\S\r\n]*"
-        r"(?P<quote>[\"'])(?P<value>(?:(?!(?P=quote))[^\\\r\n]|\\.)+)(?P=quote)[^\S\r\n]*[\])]"
+        r"(?:[\[,]\s{0,16}\[|(?<![\w)\]])\()\s{0,16}b?[\"'](?P<name>[\w.-]{1,64})[\"']\s{0,16},\s{0,16}"
+        r"(?:b(?=[\"']))?(?P<quote>[\"'])?"
+        r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)+|-?[0-9][0-9_.eE+-]{0,64}))"
+        r"(?(quote)(?:(?P=quote)\s{0,16}[\])]|\Z)|\s{0,16}[\])])"
     ),
     # AWS access key ids, with a secret access key that follows within a few separators
     re.compile(
@@ -168,7 +197,7 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(
         r"(?i)(?=[apcsxoi])(?:\b(?:proxy-)?(?:authorization|set-cookie|cookie|x-api-key|x-honeycomb-team"
         r"|(?:ocp-apim-|signoz-)?(?:subscription|ingestion)-key)"
-        r"(?:[\"']?\s*[:=]\s*[\"']?|[\"']\s*,\s*[\"']))"
+        r"(?:[\"']?\s*[:=]\s*[\"']?|[\"']\s*,\s*b?[\"']))"
         r"(?P<value>[^\s\"'\\][^\r\n\"'\\]*)"
     ),
     # bearer / basic credentials anywhere (a token with a digit, or a long one); a basic one is
@@ -195,10 +224,7 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # (Pwd={a;b};); any other is not a structure ({, [, () and is masked with a label it may start
     # with ("credentials: password: ...", "passwords: wifi: ...")
     re.compile(
-        r"(?i)(?=[pasct])(?:(?:" + _SECRET_NAMES + r")s?"
-        r"(?P<suffix>(?:(?-i:[_.0-9A-Z-])|(?=key|value|new|old|current|confirm|hash|salt|str|text|raw|enc"
-        r"|v[0-9]|prod|admin|access|digest|data|b64|base64|hex))[\w.-]{0,64})?"
-        r"|token(?:[_.-]?(?:value|v\d+|str|string|secret))?)[\"']?[^\S\r\n]*[:=][^\S\r\n]*"
+        r"(?i)(?=[pasct])" + _SECRET_KEY_IN_TEXT + r"[\"']?[^\S\r\n]*[:=][^\S\r\n]*"
         r"(?P<quote>[\"'])?(?!\[REDACTED\])"
         r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)*"
         r"|(?:\{[^{}\r\n\"']{1,256}\}(?=;|$)"
@@ -216,6 +242,7 @@ _SCANS = tuple(
         pattern,
         "value" if "value" in pattern.groupindex else 0,  # the part masked
         "suffix" in pattern.groupindex,  # keys whose suffix may be about a secret (_matches)
+        "name" in pattern.groupindex,  # pairs whose name may name no secret (_matches)
         _REQUIRED_TEXT.get(pattern, ""),
     )
     for pattern in DEFAULT_SECRET_PATTERNS
@@ -315,17 +342,21 @@ def _views(text: str) -> Iterator[_View]:
             yield decoded
 
 
-def _matches(pattern: re.Pattern[str], text: str, about_suffix: bool) -> Iterator[re.Match[str]]:
+def _matches(pattern: re.Pattern[str], text: str, about_suffix: bool, named: bool) -> Iterator[re.Match[str]]:
     """The matches of ``pattern`` in ``text``; with ``about_suffix``, but a key whose suffix is
     about a secret: the scan resumes inside its value if quoted (a quoted value may hold a secret,
     and is read again only once), else after it (an unquoted value runs to the next space: read
-    again from every key in it, hostile text would cost the square of its length)."""
-    if not about_suffix:
+    again from every key in it, hostile text would cost the square of its length); with
+    ``named``, but a pair whose name names no secret: the scan resumes after the name."""
+    if not about_suffix and not named:
         yield from pattern.finditer(text)
         return
     position = 0
     while (match := pattern.search(text, position)) is not None:
-        suffix = match.group("suffix")
+        if named and not _names_a_secret(match.group("name")):
+            position = match.end("name")
+            continue
+        suffix = match.group("suffix") if about_suffix else None
         if suffix and _about_a_secret(suffix):
             position = match.start("value") if match.group("quote") else match.end()
             continue
@@ -339,10 +370,10 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
     for view in _views(text):
         if not _QUICK_CHECK.search(view.text.casefold()):
             continue
-        for pattern, group, about_suffix, required in _SCANS:
+        for pattern, group, about_suffix, named, required in _SCANS:
             if required not in view.text:
                 continue
-            for match in _matches(pattern, view.text, about_suffix):
+            for match in _matches(pattern, view.text, about_suffix, named):
                 start, end = match.span(group)
                 if end > start:
                     spans.append(view.original_span(start, end))

@@ -19,7 +19,9 @@ distro is chosen that must stay its own). Once chosen, the distro sets
 ``opentelemetry-distro``'s configurator, installed as well, would otherwise build a second set of
 providers the API refuses but that still work (its logging handler exports every record a second
 time, past the content-safety layer). ``opentelemetry-instrument`` says which configurator it
-skipped. Which distro is chosen, with both installed, depends on the install's layout: set
+skipped. The variable is passed on to child processes, as
+``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION`` is: a child run under another distro sets its own. Which
+distro is chosen, with both installed, depends on the install's layout: set
 ``OTEL_PYTHON_DISTRO=kaos``.
 """
 

@@ -11,9 +11,11 @@ import logging
 import secrets
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.util.types import AnyValue
 
 from kaos_otel import ContentCapture, KaosOtelManager, catalog
 from kaos_otel._content import (
@@ -579,6 +581,10 @@ def test_a_long_set_deque_or_dict_view_costs_what_its_cap_keeps() -> None:
         deque(_CountedText() for _ in range(100_000)),
         {index: _CountedText() for index in range(100_000)}.values(),
     ]
+    large_items: list[object] = [{"x" * 2_000_000, "y"}, deque(["x" * 2_000_000])]
+    for value in large_items:  # few items, but long ones: walked, not made text whole
+        text = to_attribute_value(value, policy)
+        assert isinstance(text, str) and text.startswith("[") and len(text) <= 1000
     for value in long_values:
         _CountedText.made = 0
         text = to_attribute_value(value, policy)
@@ -589,17 +595,36 @@ def test_a_long_set_deque_or_dict_view_costs_what_its_cap_keeps() -> None:
 
 
 def test_secret_named_pairs_and_tuple_keys_are_masked() -> None:
-    """A (name, value) pair (a header list, environment items) and a tuple key are read as a key."""
+    """A (name, value) pair in a list of pairs (a header list, environment items) and a tuple key
+    are read as a key and its value."""
     policy = ContentPolicy()
     headers = [(b"host", b"example.com"), (b"x-api-key", b"k-9f8e7d")]
     assert policy.clean_attribute("asgi.headers", to_log_value(headers, policy)) == [
         [b"host", b"example.com"],
         [b"x-api-key", REDACTED],
     ]
-    assert policy.clean_attribute("entry", ("DB_PASSWORD", "hunter2")) == ("DB_PASSWORD", REDACTED)
-    assert policy.clean_attribute("words", ("password", "")) == ("password", "")
-    text = to_attribute_value({"env": [("PORT", "5432"), ("DB_PASSWORD", "hunter2")]}, policy)
-    assert isinstance(text, str) and "hunter2" not in policy.clean_text(text)
+    entries: list[AnyValue] = [
+        ["PORT", 5432],
+        ["DB_PASSWORD", "hunter2"],
+        ["PIN_PASSWORD", 918273],
+        ["password", ""],
+    ]
+    assert policy.clean_attribute("env", entries) == [
+        ["PORT", 5432], ["DB_PASSWORD", REDACTED], ["PIN_PASSWORD", REDACTED], ["password", ""]
+    ]  # fmt: skip
+    # not pairs: a schema's two field names, a sentence and its answer, a lone two-name attribute
+    schema: dict[str, AnyValue] = {
+        "required": ["password", "username"],
+        "examples": [["What is the secret", "42"]],
+    }
+    assert policy.clean_attribute("tool.schema", schema) == schema
+    assert policy.clean_attribute("fields", ("password", "username")) == ("password", "username")
+    env = {"env": [("PORT", "5432"), ("DB_PASSWORD", "hunter2"), ("PIN_PASSWORD", 9182)]}
+    text = policy.clean_text(str(to_attribute_value(env, policy)))
+    assert "hunter2" not in text and "9182" not in text and "5432" in text
     assert to_attribute_value({("db", "password"): "hunter2"}, policy) == json.dumps(
         {"('db', 'password')": REDACTED}
     )
+    # a host's own handler hands the export layer the structure itself: the same rule for its keys
+    tuple_keyed: Any = {("db", "password"): "hunter2"}  # not an AnyValue, yet a host's handler passes it
+    assert policy.clean_body(tuple_keyed) == {"('db', 'password')": REDACTED}

@@ -218,6 +218,16 @@ SECRETS: tuple[Callable[[], Secret], ...] = (
         "secret-named-pair-json", '[["PORT", "5432"], ["DB_PASSWORD", "{}"]]', lambda: _random(ALNUM, 20)
     ),
     _labelled("secret-named-pair-python", "dict_items([('api_key', '{}')])", lambda: _random(ALNUM, 20)),
+    _labelled(
+        "environment-pair-bytes",
+        "[(b'PORT', b'5432'), (b'STRIPE_SECRET_KEY', b'{}')]",
+        lambda: _random(ALNUM, 24),
+    ),
+    _labelled(
+        "environment-pair-lines",
+        '[\n  [\n    "SECRET_KEY_BASE",\n    "{}"\n  ]\n]',
+        lambda: _random(ALNUM, 24),
+    ),
     _labelled("kubernetes-env-yaml", "env:\n  - name: API_TOKEN\n    value: {}", lambda: _random(ALNUM, 24)),
     _labelled(
         "gcs-signed-url",
@@ -433,11 +443,17 @@ def test_a_quoted_secret_inside_json_text_is_masked(value: object) -> None:
         "apiKeyHeader: X-Trace",
         "pk-value-of-the-first-column-in-the-table",
         "signature = inspect.signature(fn)",
+        '{"type": "object", "required": ["password", "username"]}',
+        '{"enum": ["token", "cookie"]}',
+        'os.environ.get("API_KEY", "default")',
+        'text.replace("token", "[UNK]")',
+        "[('password_min_length', '12')]",
     ],
 )
 def test_text_about_a_secret_is_left_alone(text: str) -> None:
     """A key whose suffix says its value is about a secret (a policy, an id, a name, a reference),
-    a word that only starts like a secret's name, a slug with a key's prefix, code."""
+    a word that only starts like a secret's name, a slug with a key's prefix, code, a schema's
+    list of field names, a call's arguments."""
     assert default_redactor(text) == text
 
 
@@ -454,6 +470,9 @@ def test_text_about_a_secret_is_left_alone(text: str) -> None:
         "sig=",
         "secret_name=",
         "x_api_key_id=",
+        "[('password', '",
+        '[["api_key", 1',
+        ",[ 'token', 'x",
     ],
 )
 def test_scanning_hostile_text_costs_time_in_proportion_to_its_length(unit: str) -> None:
