@@ -224,6 +224,32 @@ def test_hanging_collector_shutdown_meets_its_deadline(
     assert otlp_receiver.spans() == []
 
 
+def test_managers_left_running_are_shut_down_at_exit_within_one_deadline(otlp_receiver: OtlpReceiver) -> None:
+    """Three managers nobody shut down, the collector hanging: the process leaves within one
+    shutdown deadline (5 s), not three in a row, and each counts what it could not send."""
+    otlp_receiver.set_failure("hang")
+    started = time.monotonic()
+    result = run_python(
+        """
+        import atexit
+
+        # registered before kaos-otel's exit handler, so it runs after it
+        atexit.register(lambda: print("DROPPED", [otel.health.dropped("traces") for otel in managers]))
+        from kaos_otel import KaosOtelManager
+
+        managers = [KaosOtelManager(f"left-{i}", global_providers=False) for i in range(3)]
+        for otel in managers:
+            with otel.span("unsent"):
+                pass
+        """,
+        clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint, OTEL_BSP_SCHEDULE_DELAY="50"),
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 5 + 3 + SHUTDOWN_SLACK_S, elapsed  # one deadline, and the interpreter's start
+    assert "DROPPED [1, 1, 1]" in result.stdout, result.stdout
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_force_flush_is_bounded_and_the_pipeline_recovers(
     protocol: str, make_otel: MakeOtel, otlp_receiver: OtlpReceiver
