@@ -26,7 +26,7 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AnyValue, AttributeValue
 
 from kaos_otel._config import DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT, ContentCapture, content_from_env
-from kaos_otel._secrets import REDACTED, SECRET_KEY_NAME, Redactor, default_redactor
+from kaos_otel._secrets import REDACTED, SECRET_KEY_NAME, Redactor, default_redactor, names_a_secret
 
 __all__ = ["REDACTED", "ContentPolicy", "Redactor", "default_redactor"]
 
@@ -230,7 +230,11 @@ class ContentPolicy:
         name = item[0]
         if isinstance(name, bytes):
             name = name.decode("utf-8", "replace")
-        return isinstance(name, str) and _NAME_LIKE.fullmatch(name) is not None and self.is_secret_named(name)
+        return (
+            isinstance(name, str)
+            and _NAME_LIKE.fullmatch(name) is not None
+            and (self.is_secret_named(name) or names_a_secret(name))
+        )
 
     def clean_attributes(self, attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:
         """Clean every value of an attribute mapping."""

@@ -101,12 +101,14 @@ _SECRET_KEY_IN_TEXT = (
 case-insensitive regex; ``suffix``: what follows the secret's name, see :func:`_about_a_secret`)."""
 
 _NAME_OF_A_SECRET = re.compile(r"(?i)" + _SECRET_KEY_IN_TEXT + r"\Z")
-"""A name that ends in a secret's name (:func:`_names_a_secret`)."""
+"""A name that ends in a secret's name (:func:`names_a_secret`)."""
 
 
-def _names_a_secret(name: str) -> bool:
+def names_a_secret(name: str) -> bool:
     """Whether ``name`` (a pair's first item) names a secret, as the key of a key=value pair would:
     ``DB_PASSWORD``, ``SECRET_KEY_BASE``, ``x-api-key``; not ``password_min_length``, ``max_tokens``."""
+    if SECRET_KEY_NAME.search(name):  # HTTP_COOKIE, HTTP_AUTHORIZATION (a WSGI environ's items)
+        return True
     match = _NAME_OF_A_SECRET.search(name)
     if match is None:
         return False
@@ -170,17 +172,18 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"name:[^\S\r\n]*[\"']?[\w.-]{0,64}" + _SECRET_IN_NAME + r"[\w.-]{0,64}[\"']?[^\S\r\n]*\r?\n"
         r"[^\S\r\n]*value:[^\S\r\n]*[\"']?(?P<value>[^\s\"']+)"
     ),
-    # a (name, value) pair whose name names a secret (as a key=value key would: _names_a_secret),
+    # a (name, value) pair whose name names a secret (as a key=value key would: names_a_secret),
     # an item of a list of pairs or a tuple, as JSON or Python write one, on one line or several:
     # [["DB_PASSWORD", "x"]], [('api_key', 'x')], (b'x-api-key', b'x'), ('pin_password', 1234),
     # dict_items([...]). Not a two-item list elsewhere ({"required": ["password", "username"]} is
     # a schema), nor a call's arguments (os.environ.get("API_KEY", "")). A quoted value the text
     # cuts runs to its end.
     re.compile(
-        r"(?:[\[,]\s{0,16}\[|(?<![\w)\]])\()\s{0,16}b?[\"'](?P<name>[\w.-]{1,64})[\"']\s{0,16},\s{0,16}"
-        r"(?:b(?=[\"']))?(?P<quote>[\"'])?"
-        r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)+|-?[0-9][0-9_.eE+-]{0,64}))"
-        r"(?(quote)(?:(?P=quote)\s{0,16}[\])]|\Z)|\s{0,16}[\])])"
+        r"(?:[\[,]\s{0,256}\[|(?<![\w)\]])\()\s{0,256}b?[\"']"
+        r"(?P<name>(?=[\w.-]{0,64}?(?i:pass|pwd|secret|key|token|credential|auth|cookie|honeycomb))[\w.-]{1,64})"
+        r"[\"']\s{0,256},\s{0,256}(?:b(?=[\"']))?(?P<quote>[\"'])?"
+        r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.|\\\Z)+|-?[0-9][0-9_.eE+-]{0,64}))"
+        r"(?(quote)(?:(?P=quote)\s{0,256}[\])]|\Z)|\s{0,256}[\])])"
     ),
     # AWS access key ids, with a secret access key that follows within a few separators
     re.compile(
@@ -353,7 +356,7 @@ def _matches(pattern: re.Pattern[str], text: str, about_suffix: bool, named: boo
         return
     position = 0
     while (match := pattern.search(text, position)) is not None:
-        if named and not _names_a_secret(match.group("name")):
+        if named and not names_a_secret(match.group("name")):
             position = match.end("name")
             continue
         suffix = match.group("suffix") if about_suffix else None

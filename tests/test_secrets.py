@@ -378,6 +378,10 @@ BENIGN: tuple[Callable[[], str], ...] = (
     lambda: json.dumps({"token_type": "bearer", "expires_in": RNG.randrange(3600)}),
     lambda: f"if token == 'EOF':\n    break  # line {RNG.randrange(99)}",
     lambda: f"https://localhost:{RNG.randrange(1024, 65535)}/users/@{_random(string.ascii_lowercase, 6)}",
+    # a tool's schema, a call's arguments: two names side by side are not a pair
+    lambda: json.dumps({"type": "object", "required": ["password", f"user_{RNG.randrange(99)}"]}),
+    lambda: f'os.environ.get("API_KEY", "default-{RNG.randrange(99)}")',
+    lambda: f'text.replace("token", "[UNK{RNG.randrange(99)}]")',
 )
 
 
