@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import atexit
-import functools
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +16,7 @@ from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy, Redactor, default_redactor
 from kaos_otel._internal_log import log_once
 from kaos_otel._metrics import LabelBounds
-from kaos_otel._pipeline import DEFAULT_SHUTDOWN_TIMEOUT_S, ExportPipeline, run_with_deadline
+from kaos_otel._pipeline import DEFAULT_SHUTDOWN_TIMEOUT_S, ExportPipeline
 from kaos_otel._telemetry import AgentTelemetry, telemetry_parts
 from kaos_otel.exporters import TelemetryHealth
 from kaos_otel.exporters.health import Signal
@@ -99,8 +99,7 @@ class KaosOtelManager(AgentTelemetry):
             parts.tracer, parts.metrics, parts.policy, enabled=parts.enabled, events=parts.events
         )
         if parts.enabled:
-            with _RUNNING_LOCK:
-                _RUNNING[self] = None
+            _RUNNING[self] = None  # one dict operation: atomic, no lock (none to inherit locked in a fork)
             from multiprocessing.util import register_after_fork
 
             register_after_fork(self, _flush_when_the_child_exits)
@@ -137,31 +136,24 @@ class KaosOtelManager(AgentTelemetry):
     def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Flush and stop the pipeline with a hard deadline; safe to call twice (also runs at exit,
         for every manager still running at once, within one deadline)."""
-        with _RUNNING_LOCK:
-            _RUNNING.pop(self, None)
+        _RUNNING.pop(self, None)
         return self.pipeline.shutdown(timeout)
 
 
 _RUNNING: dict[KaosOtelManager, None] = {}
 """Managers not shut down yet, in creation order: :func:`_shut_down_at_exit` stops them."""
-_RUNNING_LOCK = threading.Lock()
-
-
-_EXIT_MARGIN_S = 0.5
-"""How far inside the exit deadline each manager's shutdown ends (to count what it gave up on)."""
 
 
 def _shut_down_at_exit() -> None:
-    """Shut down the managers still running side by side, within one deadline for them all: a
-    process with several (a test suite's, or an app's next to the distro's) leaves in
-    :data:`DEFAULT_SHUTDOWN_TIMEOUT_S`, not in that many times as many, when the collector is down."""
-    with _RUNNING_LOCK:
-        running = list(_RUNNING)
-    # each a little inside the deadline: what it gives up on is counted before the process ends
-    timeout = DEFAULT_SHUTDOWN_TIMEOUT_S - _EXIT_MARGIN_S
-    stops = [functools.partial(manager.shutdown, timeout) for manager in running]
-    if stops:
-        run_with_deadline(stops, DEFAULT_SHUTDOWN_TIMEOUT_S, "shutdown")
+    """Shut down the managers still running, the newest first, within one deadline for them all:
+    a process with several (a test suite's, or an app's next to the distro's) leaves in
+    :data:`DEFAULT_SHUTDOWN_TIMEOUT_S`, not in that many times as many, when the collector is down;
+    a manager the deadline leaves no time stops at once and counts what it could not send. One
+    after the other, not side by side: managers sharing providers flush them before the last one
+    stops them."""
+    deadline = time.monotonic() + DEFAULT_SHUTDOWN_TIMEOUT_S
+    for manager in reversed(list(_RUNNING)):
+        manager.shutdown(max(0.0, deadline - time.monotonic()))
 
 
 atexit.register(_shut_down_at_exit)
