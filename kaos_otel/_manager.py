@@ -135,7 +135,7 @@ class KaosOtelManager(AgentTelemetry):
 
     def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Flush and stop the pipeline with a hard deadline; safe to call twice (also runs at exit,
-        for every manager still running at once, within one deadline)."""
+        within one deadline shared by every manager still running)."""
         _RUNNING.pop(self, None)
         return self.pipeline.shutdown(timeout)
 
