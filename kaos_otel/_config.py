@@ -53,7 +53,6 @@ OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT = "OTEL_LOGRECORD_ATTRIBUTE_VALUE_LE
 
 _E = TypeVar("_E", bound=StrEnum)
 
-SIGNALS = TELEMETRY_SIGNALS
 SIGNAL_ENDPOINTS = {
     "traces": OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
     "metrics": OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
@@ -207,11 +206,11 @@ class TelemetrySettings:
         protocols: dict[str, OtlpProtocol] = {}
         chosen = {
             signal: _exporter_names(env, signal)
-            for signal in SIGNALS
+            for signal in TELEMETRY_SIGNALS
             if env.get(SIGNAL_EXPORTERS[signal], "").strip()
         }
         exporters = {signal: names for signal, (names, _) in chosen.items()}
-        for signal in SIGNALS:
+        for signal in TELEMETRY_SIGNALS:
             named = chosen[signal][1] if signal in chosen else None  # otlp_proto_http...
             from_variables = env.get(SIGNAL_PROTOCOLS[signal]) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL)
             known = from_variables and from_variables.strip() in _PROTOCOL_NAMES  # as the SDK checks
