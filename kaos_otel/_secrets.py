@@ -79,14 +79,11 @@ separator (``my_jwt_eyJ...``, ``Bearer-eyJ...``, within 64 characters). A scan s
 a run of token characters starts: from each "eyJ" of "eyJ_eyJ_..." it would rerun to the run's
 end."""
 
-_SECRET_KEY_ENDINGS = (
-    r"password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|"
+SECRET_KEY_NAME = re.compile(
+    r"(?i)(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|"
     r"access[_-]?key|account[_-]?key|authorization|credentials?|cookie|subscription[_-]?key|"
-    r"ingestion[_-]?key|honeycomb[_-]?team"
+    r"ingestion[_-]?key|honeycomb[_-]?team)$"
 )
-"""How the name of a key whose whole value is a secret ends, as regex alternatives."""
-
-SECRET_KEY_NAME = re.compile(rf"(?i)(?:{_SECRET_KEY_ENDINGS})$")
 """Attribute keys and header names whose whole value is a secret: the key ends in such a name
 (``db.password``, ``auth_token``, ``accessKey``; not ``gen_ai.token.type``, ``max_tokens``,
 ``password_min_length``)."""
