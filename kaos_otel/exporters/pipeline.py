@@ -263,9 +263,10 @@ class SanitizingSpanExporter(SpanExporter):
             parent=span.parent,
             resource=self._cleaned_resource(span.resource),
             attributes=_with_dropped(attributes, span.dropped_attributes),
-            # the shared empty tuple: an empty list would live as long as the copy
-            events=_list_with_dropped(events, span.dropped_events) or (),
-            links=_list_with_dropped(links, span.dropped_links) or (),
+            # the SDK drops events or links only from a full list, so an empty one has no count to
+            # read; and the shared empty tuple: an empty list would live as long as the copy
+            events=_list_with_dropped(events, span.dropped_events) if events else (),
+            links=_list_with_dropped(links, span.dropped_links) if links else (),
             kind=span.kind,
             status=status,
             start_time=span.start_time,
