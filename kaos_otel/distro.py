@@ -8,9 +8,11 @@ instrumentations'), as the plain SDK's would: ``export_other_metrics=True``.
 
 The manager's handler bridges Python logging (with the content policy: content loggers only with
 capture on). ``opentelemetry-instrumentation-logging``, which ``opentelemetry-bootstrap`` installs,
-would add a second handler on the root logger by default and export every record twice: the distro
-turns that off (``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION=false``) unless the environment sets it. Its
-trace-context fields for log formats (``OTEL_PYTHON_LOG_CORRELATION``) are unaffected.
+would add a second handler on the root logger and export every record twice, the second copy past
+the content policy: the distro loads it without its handler (``enable_log_auto_instrumentation=False``,
+whatever ``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION`` says; set to ``true``, one warning says why it is
+not followed). Its trace-context fields for log formats (``OTEL_PYTHON_LOG_CORRELATION``) are
+unaffected.
 
 The distro configures the process itself; kaos-otel ships no configurator entry point (with
 ``OTEL_PYTHON_CONFIGURATOR`` unset, whichever configurator comes first runs, and when another
@@ -19,26 +21,43 @@ distro is chosen that must stay its own). Once chosen, the distro sets
 ``opentelemetry-distro``'s configurator, installed as well, would otherwise build a second set of
 providers the API refuses but that still work (its logging handler exports every record a second
 time, past the content-safety layer). ``opentelemetry-instrument`` says which configurator it
-skipped. The variable is passed on to child processes, as
-``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION`` is: a child run under another distro sets its own. Which
+skipped. The variable is passed on to child processes: a child run under another distro sets its
+own. Which
 distro is chosen, with both installed, depends on the install's layout: set
 ``OTEL_PYTHON_DISTRO=kaos``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 from opentelemetry.instrumentation.distro import BaseDistro  # type: ignore[attr-defined]
 
+from kaos_otel._internal_log import log_once
 from kaos_otel._manager import configure
+
+_LOGGING_INSTRUMENTOR = "opentelemetry.instrumentation.logging:LoggingInstrumentor"
 
 
 class KaosDistro(BaseDistro):  # type: ignore[misc]
     """Distro entry point (``opentelemetry_distro = kaos``)."""
 
     def _configure(self, **kwargs: Any) -> None:
-        os.environ.setdefault("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "false")  # see the module docstring
         os.environ.setdefault("OTEL_PYTHON_CONFIGURATOR", "kaos")  # no other configurator runs after it
         configure(export_other_metrics=True)  # the process's telemetry: the app's metrics too
+
+    def load_instrumentor(self, entry_point: Any, **kwargs: Any) -> None:
+        """Load an ``opentelemetry_instrumentor`` entry point; the logging one without its handler."""
+        if entry_point.value == _LOGGING_INSTRUMENTOR:
+            kwargs["enable_log_auto_instrumentation"] = False  # see the module docstring
+            if os.environ.get("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "").strip().lower() == "true":
+                log_once(
+                    "distro-log-auto-instrumentation",
+                    "kaos-otel: OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION=true is not followed: kaos-otel's "
+                    "handler already exports Python logging (under the content policy); a second "
+                    "handler would export every record twice",
+                    level=logging.WARNING,
+                )
+        super().load_instrumentor(entry_point, **kwargs)

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from kaos_otel.receiver import OtlpReceiver
 
 APP = textwrap.dedent(
@@ -44,15 +46,22 @@ def run_instrumented(tmp_path: Path, code: str = APP, **environ: str) -> subproc
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("log_auto_instrumentation", [None, "true"])
 def test_with_instrumentation_logging_installed_each_record_is_exported_once(
-    otlp_receiver: OtlpReceiver, tmp_path: Path
+    otlp_receiver: OtlpReceiver, tmp_path: Path, log_auto_instrumentation: str | None
 ) -> None:
     assert importlib.util.find_spec("opentelemetry.instrumentation.logging"), "a dev dependency"
-    done = run_instrumented(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint)
+    asked = (
+        {"OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION": log_auto_instrumentation} if log_auto_instrumentation else {}
+    )
+    done = run_instrumented(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint, **asked)
     assert done.returncode == 0, done.stderr
     assert otlp_receiver.wait_for(lambda r: len(r.spans()) >= 1 and len(r.logs()) >= 1, 10)
-    assert [log.body for log in otlp_receiver.logs()] == ["one record"]
-    (record,) = otlp_receiver.logs()
+    otlp_receiver.wait_for(lambda r: len(r.logs()) >= 2, 1)  # a second copy would arrive with the first
+    app_records = [log for log in otlp_receiver.logs() if log.scope_name == "app"]
+    assert [log.body for log in app_records] == ["one record"]
+    assert ("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION=true is not followed" in done.stderr) == bool(asked)
+    (record,) = app_records
     (span,) = otlp_receiver.spans()
     assert record.trace_id == span.trace_id
 
