@@ -92,8 +92,8 @@ class ContentPolicy:
     """Recent short strings and their redacted form: span names, routes, model and agent names
     repeat on nearly every span, and the redactor costs microseconds per call."""
     _secret_named: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
-    """Recent attribute keys and whether :attr:`secret_keys` names them a secret (a few keys
-    repeat on every span)."""
+    """Recent keys and whether :meth:`is_secret_named` holds for them (a few keys repeat on
+    every span)."""
     _cleaned_keys: dict[str, str] = field(default_factory=dict, init=False, compare=False, repr=False)
     """Recent attribute keys and their cleaned form (a key holding a credential is masked)."""
 
@@ -216,10 +216,16 @@ class ContentPolicy:
         return body
 
     def is_secret_named(self, key: str) -> bool:
-        """Whether ``key`` names a secret (:attr:`secret_keys`): its whole value is masked."""
+        """Whether ``key`` (an attribute's, a mapping key inside a value, a pair's name) names a
+        secret, so that its whole value is masked: :attr:`secret_keys` finds it, or, up to 64
+        characters, it names one as the key of key=value text would (``SECRET_KEY_BASE``,
+        ``MYSQL_PWD``; not ``password_min_length``)."""
         secret = self._secret_named.get(key)
         if secret is None:
-            secret = remember(self._secret_named, key, self.secret_keys.search(key) is not None)
+            secret = self.secret_keys.search(key) is not None or (
+                _NAME_LIKE.fullmatch(key) is not None and names_a_secret(key)
+            )
+            remember(self._secret_named, key, secret)
         return secret
 
     def _is_secret_pair(self, item: object) -> TypeGuard[list[object] | tuple[object, ...]]:
@@ -230,11 +236,7 @@ class ContentPolicy:
         name = item[0]
         if isinstance(name, bytes):
             name = name.decode("utf-8", "replace")
-        return (
-            isinstance(name, str)
-            and _NAME_LIKE.fullmatch(name) is not None
-            and (self.is_secret_named(name) or names_a_secret(name))
-        )
+        return isinstance(name, str) and _NAME_LIKE.fullmatch(name) is not None and self.is_secret_named(name)
 
     def clean_attributes(self, attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:
         """Clean every value of an attribute mapping."""

@@ -628,3 +628,34 @@ def test_secret_named_pairs_and_tuple_keys_are_masked() -> None:
     # a host's own handler hands the export layer the structure itself: the same rule for its keys
     tuple_keyed: Any = {("db", "password"): "hunter2"}  # not an AnyValue, yet a host's handler passes it
     assert policy.clean_body(tuple_keyed) == {"('db', 'password')": REDACTED}
+
+
+def test_keys_are_read_as_the_key_of_key_value_text() -> None:
+    """An attribute's key or a mapping's key inside a value (a log record's ``extra=``, a
+    converted object) names a secret as it would written key=value: its value is masked in the
+    structure as in the text."""
+    policy = ContentPolicy()
+    settings: dict[str, AnyValue] = {
+        "SECRET_KEY_BASE": "4f9a8b7c6d5e",
+        "MYSQL_PWD": 918273,
+        "db": {"client_secret": "cs-1a2b", "password_min_length": 8, "password_hash": ""},
+        "max_tokens": 256,
+    }
+    masked = {
+        "SECRET_KEY_BASE": REDACTED,
+        "MYSQL_PWD": REDACTED,
+        "db": {"client_secret": REDACTED, "password_min_length": 8, "password_hash": ""},
+        "max_tokens": 256,
+    }
+    assert policy.clean_attribute("settings", settings) == masked
+    assert policy.clean_body(settings) == masked
+    assert to_log_value(settings, policy) == masked  # the request thread's walk: the same rule
+    text = policy.clean_text(json.dumps(settings))  # and the text form
+    assert "4f9a8b7c6d5e" not in text and "918273" not in text and "cs-1a2b" not in text
+    assert policy.clean_attribute("deploy.SECRET_KEY_BASE", "4f9a8b7c6d5e") == REDACTED  # one rule for keys
+    conventions: dict[str, AnyValue] = {
+        "gen_ai.usage.input_tokens": 9,
+        "gen_ai.request.max_tokens": 64,
+        "mcp.session.id": "s-1",
+    }
+    assert policy.clean_attributes(conventions) == conventions
