@@ -3,13 +3,19 @@
 A begun span is current until it ends. Ending never uses a context token created elsewhere: the
 handle remembers the context that was current when it began and, if its own context is still
 current, puts back the nearest ancestor context whose span is still open. Ending out of order,
-or from another task or thread, therefore never corrupts the current context. A span begun in one
-task or thread and ended in another stays current where it began (another task or thread cannot
-change that one's context): kaos-otel's own spans there skip it as ended, but another library's
-spans and log records take it as parent until that task or thread begins its next span or leaves
-the context. On a pool thread that is the next job the thread runs, unless the job runs in its
-own context (:func:`kaos_otel.context.submit_in_context`, ``run_in_executor_in_context``). Begin
-the span with ``with`` or the decorator in such code, or end it where it began.
+or from another task or thread, therefore never corrupts the current context.
+
+A span that ended where it was current (a ``with`` block, the decorator, a handle ended where it
+began) stays the parent of the work started under it that runs on (a task, a thread, a pool job:
+their context is a copy), as OpenTelemetry's own spans do; the log records there carry it too.
+A span that ended where it was not current (begun in one task or thread and ended in another,
+or before a span begun after it) stays current where it began, as another task or thread cannot
+change that one's context: kaos-otel's own spans there skip it as ended and take the nearest
+span still open as parent, but another library's spans and log records take it as parent until
+that task or thread begins its next span or leaves the context. On a pool thread that is the
+next job the thread runs, unless the job runs in its own context
+(:func:`kaos_otel.context.submit_in_context`, ``run_in_executor_in_context``). Begin the span
+with ``with`` or the decorator in such code, or end it where it began.
 """
 
 from __future__ import annotations
@@ -19,7 +25,12 @@ import functools
 import inspect
 import threading
 import time
+
+# asyncio exports _get_running_loop (events.__all__) for event loops written elsewhere; unlike
+# get_running_loop or current_task() it does not raise outside a loop (that cost 1 us a span)
+from asyncio import _get_running_loop, current_task
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
+from threading import get_ident
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
 
@@ -44,20 +55,30 @@ F = TypeVar("F", bound=Callable[..., Any])
 EndCallback = Callable[["SpanHandle", float], None]
 
 
+def _running_here() -> tuple[int, int]:
+    """What runs now: the thread, and the asyncio task on it (``id(None)`` outside any task)."""
+    loop = _get_running_loop()
+    return get_ident(), id(None if loop is None else current_task(loop))
+
+
 class _SpanMark:
-    """What a span's context tells about the span: whether it has ended, and the context to
-    fall back to when it has.
+    """What a span's context tells about the span: whether it has ended, whether it ended other
+    than where it began with its context current there (``left_current``: the task or thread
+    that began it may still hold that context), and the context to fall back to then.
 
     The context holds this mark rather than the handle, so that a handle and its context do not
     reference each other: an ended span is freed at once instead of waiting, with everything it
     holds, for the garbage collector.
     """
 
-    __slots__ = ("ended", "previous")
+    __slots__ = ("began_in", "ended", "left_current", "previous", "span")
 
-    def __init__(self, previous: Context, ended: bool = False) -> None:
+    def __init__(self, span: Span, previous: Context, ended: bool = False) -> None:
+        self.span = span
         self.previous = previous
         self.ended = ended
+        self.left_current = ended
+        self.began_in = _running_here()
 
 
 class SpanHandle:
@@ -87,7 +108,7 @@ class SpanHandle:
         previous: Context | None = None,
     ) -> None:
         self.span = span
-        self._mark = _SpanMark(parent_context if previous is None else previous)
+        self._mark = _SpanMark(span, parent_context if previous is None else previous)
         self._context = otel_context.set_value(
             _MARK_KEY, self._mark, trace.set_span_in_context(span, parent_context)
         )
@@ -221,14 +242,19 @@ class SpanHandle:
     def _restore_context(self) -> None:
         """If this span's context is current here, restore the one current when it began.
 
-        Should that context's span have ended meanwhile (out-of-order ends), the nearest one
-        still open is restored instead.
+        Should that context's span have ended where it was not current (out of order, or from
+        another task or thread), the nearest one that did not is restored instead.
         """
         mark = self._mark
         # past this ended span in one step from now on; read once (another walk may write it too)
         previous = mark.previous = live_context(mark.previous)
-        if otel_context.get_current() is self._context:
+        if otel_context.get_current() is not self._context:
+            mark.left_current = True  # current where it began, or under a span begun after it there
+        else:
             otel_context.attach(previous)
+            # ended in another task or thread whose context is a copy made while it was open:
+            # the one that began it still holds it
+            mark.left_current = _running_here() != mark.began_in
 
     # --- context manager ----------------------------------------------------------------------
     def __enter__(self) -> Self:
@@ -252,17 +278,21 @@ class SpanHandle:
 
 
 def live_context(ctx: Context) -> Context:
-    """``ctx``, or if its span was begun by a handle that has ended, the nearest open ancestor's.
+    """``ctx``, or if its current span was begun by a handle that ended where that span was not
+    current (so ``ctx`` may be one left current by mistake), the nearest such ancestor's that is
+    not.
 
     The ended spans walked past are pointed at that ancestor (path compression): a later walk
     takes one step, and the spans between them are no longer reachable from a context that
     stays current (a consumer task whose spans other tasks end).
     """
     mark = ctx.get(_MARK_KEY)
-    if not (isinstance(mark, _SpanMark) and mark.ended):
+    if not (isinstance(mark, _SpanMark) and mark.left_current):  # nearly always: at once
         return ctx
     walked: list[_SpanMark] = []
-    while isinstance(mark, _SpanMark) and mark.ended:
+    # past such a span only while it is the current one (not when another library's span begun
+    # under it is; a pinned context has no mark)
+    while isinstance(mark, _SpanMark) and mark.left_current and trace.get_current_span(ctx) is mark.span:
         walked.append(mark)
         ctx = mark.previous
         mark = ctx.get(_MARK_KEY)
@@ -272,10 +302,11 @@ def live_context(ctx: Context) -> Context:
 
 
 def pinned_context(ctx: Context) -> Context:
-    """``ctx`` whose current span stays the parent of new spans even after that span has ended.
+    """``ctx`` whose current span stays the parent of new spans even once that span has ended
+    where it was not current.
 
     For work a request leaves behind (a background task): without the pin, new spans would skip
-    the ended request spans and start detached traces.
+    request spans ended from another task or thread.
     """
     return otel_context.set_value(_MARK_KEY, None, ctx)
 
@@ -314,7 +345,7 @@ class SpanFactory:
         handle_type: type[SpanHandle],
         previous: Context | None,
     ) -> SpanHandle:
-        """Start a span under ``parent_context``, already resolved by :func:`live_context`.
+        """Start a span under ``parent_context``.
 
         Should the tracer raise (a span processor's ``on_start``), the handle holds a non-recording
         span in the parent's place, so the caller's code and its children carry on.
@@ -345,7 +376,7 @@ class SpanFactory:
     ) -> SpanHandle:
         """Start a span and make it current until it ends, then restore the context current now."""
         previous = live_context(otel_context.get_current())
-        parent_context = previous if parent is None else live_context(parent)
+        parent_context = previous if parent is None else parent
         handle = self._start(name, kind, attributes, links, parent_context, on_end, handle_type, previous)
         otel_context.attach(handle.context)
         return handle
@@ -539,7 +570,7 @@ class NoopSpanHandle(SpanHandle):
     def __init__(self) -> None:
         self.span = trace.INVALID_SPAN
         self._context = Context()
-        self._mark = _SpanMark(self._context, ended=True)
+        self._mark = _SpanMark(self.span, self._context, ended=True)
         self._outcome = None
         self._error_type = None
         self._on_end = None

@@ -383,9 +383,10 @@ class AgentTelemetry:
     ) -> SpanHandle:
         """Begin a span that is current until :meth:`span_success` or :meth:`span_failure`.
 
-        End it in the task or thread that began it, or that one keeps it current for other
-        libraries' spans and logs (on a pool thread: the next job's, unless submitted with
-        :func:`kaos_otel.context.submit_in_context`)."""
+        ``parent``: the context to begin it in, taken as given (its span may have ended); by
+        default the current one. End it in the task or thread that began it, or that one keeps it
+        current for other libraries' spans and logs (on a pool thread: the next job's, unless
+        submitted with :func:`kaos_otel.context.submit_in_context`)."""
         if not self._enabled:
             return NOOP_HANDLE
         return self._spans.begin(name, kind=kind, attributes=attributes, links=links, parent=parent)
@@ -414,7 +415,8 @@ class AgentTelemetry:
     ) -> SpanScope:
         """A span for a ``with`` block: ``with otel.span("step") as span: ...``.
 
-        The span begins when the block is entered (not when ``span()`` is called) and ends with it.
+        The span begins when the block is entered (not when ``span()`` is called) and ends with it;
+        ``parent`` as for :meth:`span_begin`.
         """
         return SpanScope(self._spans if self._enabled else None, name, kind, attributes, links, parent)
 

@@ -1,9 +1,11 @@
 """Keep the current span across threads and executors, without patching anything process-wide.
 
 ``asyncio.create_task`` and ``asyncio.to_thread`` already copy the current context; a thread
-pool's ``submit`` and ``loop.run_in_executor`` do not. These helpers do, for the one call.
-:func:`create_background_task` is for work a request leaves running after it answers: its spans
-stay children of the span current when it was created, even once that span has ended.
+pool's ``submit`` and ``loop.run_in_executor`` do not. These helpers do, for the one call. The
+span current when the work was handed on stays its parent once it has ended, as OpenTelemetry's
+own spans do, unless it was ended in another task or thread than the one that began it (then
+kaos-otel's spans take the nearest span still open): :func:`create_background_task` keeps it even
+then, for work a request leaves running after it answers.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def wrap_in_context(fn: Callable[P, T]) -> Callable[P, T]:
 
 
 def create_background_task(coro: Coroutine[Any, Any, T], *, name: str | None = None) -> asyncio.Task[T]:
-    """``asyncio.create_task`` whose spans are children of the current span, even after it ends."""
+    """``asyncio.create_task`` whose spans are children of the current span, even after it ends,
+    wherever it is ended."""
     context = contextvars.copy_context()
     context.run(otel_context.attach, pinned_context(otel_context.get_current()))
     return asyncio.create_task(coro, name=name, context=context)

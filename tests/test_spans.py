@@ -606,6 +606,56 @@ async def test_ending_from_another_task(
     assert_no_detach_errors(caplog)
 
 
+async def test_work_that_outlives_its_span_stays_under_it(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A span that ended where it began stays the parent of what was started under it and runs on
+    (a task, a pool job), for kaos-otel's spans, another library's spans and the current span log
+    records read, as OpenTelemetry's own spans do; a span another library begins there is the
+    parent of kaos-otel's spans in it; an explicit parent is taken as given, ended or not."""
+    caplog.set_level(logging.DEBUG)
+    otel = make_otel()
+    other_library = otel.tracer_provider.get_tracer("other-library")
+    pool = ThreadPoolExecutor(max_workers=1)
+    pool_busy = threading.Event()
+    pool.submit(pool_busy.wait)
+    seen: dict[str, str] = {}  # the current span's id, as the logging bridge reads it
+
+    def current_span_id() -> str:
+        return trace.format_span_id(trace.get_current_span().get_span_context().span_id)
+
+    async def runs_on() -> None:
+        await asyncio.sleep(0.01)  # the request has ended
+        seen["task"] = current_span_id()
+        with otel.span("task-first"):
+            pass
+        with otel.span("task-second"), other_library.start_as_current_span("GET /cache"), otel.span("parse"):
+            pass
+
+    def pool_job() -> None:
+        seen["job"] = current_span_id()
+        with otel.span("job"):
+            pass
+
+    with otel.span("request") as request:
+        task = asyncio.create_task(runs_on())
+        job = submit_in_context(pool, pool_job)
+    with otel.span("queued", parent=request.context):
+        pass
+    pool_busy.set()
+    await task
+    job.result()
+    pool.shutdown()
+
+    spans = collect(otel, otlp_receiver, 7)
+    request_id = one(spans, "request").span_id
+    assert seen == {"task": request_id, "job": request_id}
+    for name in ("task-first", "task-second", "job", "queued"):
+        assert one(spans, name).parent_span_id == request_id, name
+    assert one(spans, "parse").parent_span_id == one(spans, "GET /cache").span_id
+    assert_no_detach_errors(caplog)
+
+
 async def test_nested_tasks_keep_their_parents(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str, caplog: pytest.LogCaptureFixture
 ) -> None:
