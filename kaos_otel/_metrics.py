@@ -270,7 +270,7 @@ class KaosMetrics:
             catalog.GEN_AI_PROVIDER_NAME: self.bounds.bound(catalog.GEN_AI_PROVIDER_NAME, provider),
             catalog.GEN_AI_REQUEST_MODEL: bounded_model,
         }
-        if error_type is not None:
+        if error_type is not None and outcome is not Outcome.CANCELED:  # the convention: failed calls
             self._operation_duration.record(
                 duration_s, {**gen_ai, catalog.ERROR_TYPE: self.bounds.bound(catalog.ERROR_TYPE, error_type)}
             )

@@ -191,8 +191,9 @@ class SpanHandle:
 
     def failure(self, exc: BaseException) -> None:
         """End the span as failed by ``exc``: exception event, ``error.type`` and ERROR status (a
-        cancellation, ``asyncio.CancelledError`` or the process stopping, ends ``canceled`` with
-        the status left unset)."""
+        cancellation, ``asyncio.CancelledError``, a generator closed early or the process
+        stopping, ends ``canceled`` with its ``error.type``, no exception event and the status left
+        unset, as OpenTelemetry's ``use_span`` records no exception that is not an ``Exception``)."""
         if not self._claim_end():
             return
         canceled = isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt | SystemExit)
@@ -202,10 +203,11 @@ class SpanHandle:
             self._error_type = type(exc).__qualname__
         elif self._error_type is None:
             self._error_type = type(exc).__qualname__
-        try:
-            self.record_exception(exc)
-        except Exception as internal:
-            internal_error("recording an exception", internal)
+        if not canceled:
+            try:
+                self.record_exception(exc)
+            except Exception as internal:
+                internal_error("recording an exception", internal)
         self._end()
 
     def _claim_end(self) -> bool:

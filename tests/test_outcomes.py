@@ -257,6 +257,10 @@ async def test_cancellation_is_canceled(harness: Harness) -> None:
     for span in (got.span(f"chat {MODEL}"), got.span(f"invoke_agent {AGENT}")):
         assert span.attributes[catalog.KAOS_OUTCOME] == "canceled"
         assert span.attributes[catalog.ERROR_TYPE] == "CancelledError"
+        assert span.events == ()  # as OpenTelemetry's use_span: no exception event for it
+    # the convention's metric has error.type for failed calls only: a dashboard on it counts none
+    (duration,) = got.points_of(catalog.GEN_AI_CLIENT_OPERATION_DURATION)
+    assert catalog.ERROR_TYPE not in duration.attributes
 
 
 @pytest.mark.parametrize("interruption", [KeyboardInterrupt(), SystemExit(0)], ids=["ctrl-c", "sigterm-exit"])
