@@ -60,8 +60,8 @@ _DELEGATION_KEY = otel_context.create_key("kaos-otel-delegation")
 
 
 class _Delegation(SpanHandle):
-    """A delegation's span: its context says so, so that an agent run started directly inside it
-    (an in-process sub-agent) counts as delegated, not as a user's request."""
+    """A delegation's span: its context says so, so that an agent run started inside it (an
+    in-process sub-agent) counts as delegated, not as a user's request."""
 
     __slots__ = ()
 
@@ -71,15 +71,10 @@ class _Delegation(SpanHandle):
 
 
 def _origin_of_current_context() -> RequestOrigin:
-    """``delegated`` for a run started directly inside a delegation's block that has not ended,
-    else ``user``."""
-    current = otel_context.get_current()
-    delegation = otel_context.get_value(_DELEGATION_KEY, current)
-    if (
-        isinstance(delegation, _Delegation)
-        and not delegation.is_ended
-        and delegation.span is trace.get_current_span(current)
-    ):
+    """``delegated`` for a run started inside a delegation's block that has not ended, with no
+    other agent run between them (spans of any other kind may be), else ``user``."""
+    delegation = otel_context.get_value(_DELEGATION_KEY)
+    if isinstance(delegation, _Delegation) and not delegation.is_ended:
         return RequestOrigin.DELEGATED
     return RequestOrigin.USER
 
@@ -92,6 +87,8 @@ class AgentRun(SpanHandle):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._set_initial_fields()
+        # a run started inside this one is not the delegation's, whatever encloses this one
+        self._context = otel_context.set_value(_DELEGATION_KEY, None, self._context)
 
     def _set_initial_fields(self) -> None:
         self.agent_name = ""
@@ -515,10 +512,10 @@ class AgentTelemetry:
         The span name carries the agent's name as metric labels do (bounded: see
         :meth:`register_known_names`); ``gen_ai.agent.name`` keeps it as given. ``origin`` says who
         asked for the run (a user, another agent, the agent itself), so that dashboards count each
-        user request once. Not given, it is ``delegated`` for a run started directly inside a
-        :meth:`delegation` block (a sub-agent in the same process; in a pool thread, submitted with
-        :func:`kaos_otel.context.submit_in_context`), else ``user``; a sub-agent serving another
-        process's delegation says ``delegated`` itself.
+        user request once. Not given, it is ``delegated`` for a run started inside a
+        :meth:`delegation` block with no other agent run between them (a sub-agent in the same
+        process; in a pool thread, submitted with :func:`kaos_otel.context.submit_in_context`),
+        else ``user``; a sub-agent serving another process's delegation says ``delegated`` itself.
         """
         if not self._enabled:
             return NOOP_AGENT_RUN
@@ -687,7 +684,8 @@ class AgentTelemetry:
         """A delegation to a sub-agent (``invoke_agent {target}``, CLIENT); names as in tool_call.
 
         The sub-agent may run in another process (its server continues the trace) or in this one:
-        an :meth:`invoke_agent` started directly inside the block counts as ``delegated``."""
+        an :meth:`invoke_agent` started inside the block, with no other agent run between them,
+        counts as ``delegated``."""
         if not self._enabled:
             return NOOP_HANDLE
 

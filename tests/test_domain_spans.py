@@ -352,8 +352,15 @@ def test_memory_operation_span(make_otel: MakeOtel, otlp_receiver: OtlpReceiver)
 def test_a_run_started_inside_a_delegation_counts_as_delegated(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:
-    """An in-process sub-agent: one user request, one delegated, in spans and in ``kaos.requests``."""
+    """An in-process sub-agent: one user request, one delegated, in spans and in ``kaos.requests``;
+    a span of the app's own between the delegation and the run (a decorated function) too."""
     otel = make_otel()
+
+    @otel.traced()
+    def write() -> None:
+        with otel.invoke_agent("writer"):
+            pass
+
     with otel.invoke_agent("coordinator") as run, otel.agent_step(run):
         with (
             otel.delegation("coordinator", "researcher"),
@@ -363,13 +370,18 @@ def test_a_run_started_inside_a_delegation_counts_as_delegated(
             pass
         with otel.delegation("coordinator", "analyst"), otel.invoke_agent("analyst", origin="user"):
             pass  # said explicitly: kept
-    spans = collect(otel, otlp_receiver, 7)
+        with otel.delegation("coordinator", "writer"):
+            write()
+    spans = collect(otel, otlp_receiver, 10)
     origins = {
         span.attributes[catalog.GEN_AI_AGENT_NAME]: span.attributes[catalog.KAOS_REQUEST_ORIGIN]
         for span in spans
         if span.kind == "INTERNAL" and span.name.startswith("invoke_agent")
     }
-    assert origins == {"coordinator": "user", "researcher": "delegated", "helper": "user", "analyst": "user"}
+    assert origins == {
+        "coordinator": "user", "researcher": "delegated", "helper": "user", "analyst": "user",
+        "writer": "delegated",
+    }  # fmt: skip
     assert otlp_receiver.wait_for(
         lambda r: any(p.name == catalog.KAOS_REQUESTS for p in r.metric_points()), 10
     )
