@@ -459,9 +459,14 @@ class AgentTelemetry:
     ) -> None:
         """Declare the names an agent knows; other names from model output become one overflow label.
 
-        A kind left out (``None``) stays as it was: until names of it are declared, its first 50
-        distinct names are kept. An empty list declares that the agent knows none (an agent with
-        no tools): every name of that kind is then ``_other``.
+        The names are pooled per kind for every agent recording through this object, not kept per
+        agent: once one agent's tools are declared, a tool name no agent declared is ``_other``, and
+        once an agent name is declared (``agent`` or ``targets``), so is every agent not declared.
+        Call it for each agent that shares it. A kind left out (``None``) stays as it was: until
+        names of it are declared, its first 50 distinct names are kept. An empty list declares that
+        the agent knows none (an agent with no tools): every name of that kind is then ``_other``.
+        Declared names are never capped: declare the names your code defines, not a list a remote
+        party sends (an MCP server's ``tools/list``), which would lift the bound.
         """
         bounds = self._metrics.bounds
         targets = None if targets is None else name_set(targets)  # read twice below (a generator too)
