@@ -14,6 +14,7 @@ are checked once per distinct value (:class:`~kaos_otel._metrics.LabelBounds`).
 from __future__ import annotations
 
 import json
+import math
 import re
 import traceback
 from collections import deque
@@ -441,6 +442,8 @@ class _BoundedWalk:
         if isinstance(item, float):
             if room is not None:
                 self._take(room, len(safe_str(item)) + 2)
+                if not math.isfinite(item):  # JSON has no NaN or Infinity: their names, as text
+                    return json.dumps(item)
             return item
         if isinstance(item, int):
             if room is None:

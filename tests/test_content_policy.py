@@ -659,3 +659,23 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "mcp.session.id": "s-1",
     }
     assert policy.clean_attributes(conventions) == conventions
+
+
+def test_a_structure_made_json_text_is_valid_json_with_nan_and_infinity() -> None:
+    """Tool arguments with a NaN or an infinity (a statistics tool): ``json.dumps`` would write
+    ``NaN`` and ``Infinity``, which no strict JSON reader takes; their names are written as text."""
+    policy = ContentPolicy()
+    text = to_attribute_value(
+        {"mean": float("nan"), "max": float("inf"), "min": -float("inf"), "n": 1.5}, policy
+    )
+    assert isinstance(text, str)
+
+    def refuse(constant: str) -> object:
+        raise ValueError(f"not JSON: {constant}")
+
+    assert json.loads(text, parse_constant=refuse) == {
+        "mean": "NaN",
+        "max": "Infinity",
+        "min": "-Infinity",
+        "n": 1.5,
+    }
