@@ -47,11 +47,14 @@ def is_root(span: ReceivedSpan, ids: set[str]) -> bool:
 
 
 def is_startup_trace(spans: Sequence[ReceivedSpan]) -> bool:
-    """Whether a trace is MCP session start-up (every root span is ``server/discover``, ``initialize``...)."""
+    """Whether a trace is MCP session start-up that went well (every root span is
+    ``server/discover``, ``initialize``..., and no span failed): the views leave those out."""
     ids = {s.span_id for s in spans}
     roots = [s for s in spans if is_root(s, ids)]
-    return bool(roots) and all(
-        s.attributes.get(catalog.MCP_METHOD_NAME) in _STARTUP_MCP_METHODS for s in roots
+    return (
+        bool(roots)
+        and all(s.attributes.get(catalog.MCP_METHOD_NAME) in _STARTUP_MCP_METHODS for s in roots)
+        and not any(s.status_code == "ERROR" for s in spans)
     )
 
 

@@ -354,6 +354,8 @@ def test_a_span_is_marked_parent_missing_only_when_its_parent_was_not_received()
     (missing,) = [line for line in drawn.splitlines() if "(parent missing)" in line]
     assert "op-x" in missing
     assert is_startup_trace([own_parent])
+    failed = dataclasses.replace(own_parent, status_code="ERROR")  # -32601 from an older server
+    assert not is_startup_trace([failed])  # shown: the views hide only start-up that went well
 
 
 @pytest.mark.fast
