@@ -1,36 +1,34 @@
 """Span lifecycle built on handles: begin/success/failure, context manager and decorator.
 
 A begun span is current until it ends. Ending never uses a context token created elsewhere: the
-handle remembers the context that was current when it began and, if its own context is still
-current, puts back the nearest ancestor context whose span is still open. Ending out of order,
-or from another task or thread, therefore never corrupts the current context.
+handle remembers the context that was current when it began and, where its own context is still
+current, puts that one back. Ending out of order, or from another task or thread, therefore never
+corrupts the current context.
 
-A span that ended where it was current (a ``with`` block, the decorator, a handle ended where it
-began) stays the parent of the work started under it that runs on (a task, a thread, a pool job:
-their context is a copy), as OpenTelemetry's own spans do; the log records there carry it too.
-A span that ended where it was not current (begun in one task or thread and ended in another,
-or before a span begun after it) stays current where it began, as another task or thread cannot
-change that one's context: kaos-otel's own spans there skip it as ended and take the nearest
-span still open as parent, but another library's spans and log records take it as parent until
-that task or thread begins its next span or leaves the context. On a pool thread that is the
-next job the thread runs, unless the job runs in its own context
-(:func:`kaos_otel.context.submit_in_context`, ``run_in_executor_in_context``). Begin the span
-with ``with`` or the decorator in such code, or end it where it began.
+A span ended where it was begun and current stays the parent of the work started under it that
+runs on (a task, a thread, a pool job, work a decorated generator starts: their context is a
+copy), as OpenTelemetry's own spans do; the log records there carry it too. A span ended
+elsewhere (in another task or thread, in a ``Context.run`` copy) or out of order (before a span
+begun after it) stays current in the execution context that began it, as no other one can change
+that one's context: kaos-otel's own spans there skip it and take the nearest span not left
+current as parent, and the enclosing ``with`` block restores its context all the same; another
+library's spans and log records there take it as parent until that task or thread begins its next
+span or leaves the context. On a pool thread that is the next job the thread runs, unless the job
+runs in its own context (:func:`kaos_otel.context.submit_in_context`,
+``run_in_executor_in_context``). Copies of that context made while it was open (tasks started
+under it) keep it as parent. Begin the span with ``with`` or the decorator in such code, or end it
+where it began.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import threading
 import time
-
-# asyncio exports _get_running_loop (events.__all__) for event loops written elsewhere; unlike
-# get_running_loop or current_task() it does not raise outside a loop (that cost 1 us a span)
-from asyncio import _get_running_loop, current_task
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
-from threading import get_ident
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
 
@@ -55,30 +53,46 @@ F = TypeVar("F", bound=Callable[..., Any])
 EndCallback = Callable[["SpanHandle", float], None]
 
 
-def _running_here() -> tuple[int, int]:
-    """What runs now: the thread, and the asyncio task on it (``id(None)`` outside any task)."""
-    loop = _get_running_loop()
-    return get_ident(), id(None if loop is None else current_task(loop))
+_BEGUN_HERE: contextvars.ContextVar[None] = contextvars.ContextVar("kaos_otel_begun_here", default=None)
+"""Set where a span is made current: its token tells that execution context (an asyncio task's,
+a thread's, one ``Context.run``) from every other, copies of it included."""
 
 
 class _SpanMark:
-    """What a span's context tells about the span: whether it has ended, whether it ended other
-    than where it began with its context current there (``left_current``: the task or thread
-    that began it may still hold that context), and the context to fall back to then.
+    """What a span's context tells about the span: whether it has ended, whether it was left
+    current where it began (``left_current``: ended elsewhere, or before a span begun after it
+    there), and the context to fall back to then.
 
     The context holds this mark rather than the handle, so that a handle and its context do not
     reference each other: an ended span is freed at once instead of waiting, with everything it
     holds, for the garbage collector.
     """
 
-    __slots__ = ("began_in", "ended", "left_current", "previous", "span")
+    __slots__ = ("_begun_here", "ended", "left_current", "previous", "span")
 
     def __init__(self, span: Span, previous: Context, ended: bool = False) -> None:
         self.span = span
         self.previous = previous
         self.ended = ended
-        self.left_current = ended
-        self.began_in = _running_here()
+        self.left_current = False
+        self._begun_here: contextvars.Token[None] | None = None
+
+    def made_current_here(self) -> None:
+        """Note that the span is made current in the execution context running now."""
+        self._begun_here = _BEGUN_HERE.set(None)
+
+    def runs_where_made_current(self) -> bool:
+        """Whether the code running now runs in the execution context the span was made current
+        in, not in another one or a copy of it (``False`` for a span never made current)."""
+        token = self._begun_here
+        if token is None:
+            return False
+        try:
+            _BEGUN_HERE.reset(token)  # ValueError in any other context: that one is not changed
+        except (ValueError, RuntimeError):  # RuntimeError: another thread's check used it just now
+            return False
+        self._begun_here = _BEGUN_HERE.set(None)  # the next check needs a token of its own
+        return True
 
 
 class SpanHandle:
@@ -248,15 +262,21 @@ class SpanHandle:
         another task or thread), the nearest one that did not is restored instead.
         """
         mark = self._mark
-        # past this ended span in one step from now on; read once (another walk may write it too)
-        previous = mark.previous = live_context(mark.previous)
-        if otel_context.get_current() is not self._context:
-            mark.left_current = True  # current where it began, or under a span begun after it there
-        else:
+        previous = live_context(mark.previous)
+        # what a walk past this ended span reaches, in one step from now on: a consumer whose
+        # spans its workers end would hold a chain of them otherwise (a walk past it runs only
+        # where it was made current, so past spans left current there: assumed to be the same)
+        mark.previous = live_context(previous, anywhere=True)
+        current = otel_context.get_current()
+        # current here, directly or under spans left current here (ended elsewhere)
+        if current is self._context or live_context(current) is self._context:
             otel_context.attach(previous)
-            # ended in another task or thread whose context is a copy made while it was open:
-            # the one that began it still holds it
-            mark.left_current = _running_here() != mark.began_in
+            made_current_here = mark.runs_where_made_current()
+        else:
+            made_current_here = False
+        # made current where it began (not by the decorator around a generator) and still current
+        # there: kaos-otel's spans there skip it (a copy of that context keeps it as parent)
+        mark.left_current = mark._begun_here is not None and not made_current_here
 
     # --- context manager ----------------------------------------------------------------------
     def __enter__(self) -> Self:
@@ -279,10 +299,10 @@ class SpanHandle:
         self.__exit__(exc_type, exc, tb)
 
 
-def live_context(ctx: Context) -> Context:
-    """``ctx``, or if its current span was begun by a handle that ended where that span was not
-    current (so ``ctx`` may be one left current by mistake), the nearest such ancestor's that is
-    not.
+def live_context(ctx: Context, *, anywhere: bool = False) -> Context:
+    """``ctx``, or if its current span was left current in the execution context running now
+    (ended elsewhere, or out of order), the nearest ancestor's that was not (``anywhere``: left
+    current in any execution context).
 
     The ended spans walked past are pointed at that ancestor (path compression): a later walk
     takes one step, and the spans between them are no longer reachable from a context that
@@ -293,8 +313,14 @@ def live_context(ctx: Context) -> Context:
         return ctx
     walked: list[_SpanMark] = []
     # past such a span only while it is the current one (not when another library's span begun
-    # under it is; a pinned context has no mark)
-    while isinstance(mark, _SpanMark) and mark.left_current and trace.get_current_span(ctx) is mark.span:
+    # under it is; a pinned context has no mark) and only where it was made current (a task or a
+    # pool job started under it keeps it as parent, as OpenTelemetry's own spans do)
+    while (
+        isinstance(mark, _SpanMark)
+        and mark.left_current
+        and trace.get_current_span(ctx) is mark.span
+        and (anywhere or mark.runs_where_made_current())
+    ):
         walked.append(mark)
         ctx = mark.previous
         mark = ctx.get(_MARK_KEY)
@@ -381,6 +407,7 @@ class SpanFactory:
         parent_context = previous if parent is None else parent
         handle = self._start(name, kind, attributes, links, parent_context, on_end, handle_type, previous)
         otel_context.attach(handle.context)
+        handle._mark.made_current_here()
         return handle
 
     def traced(

@@ -3,9 +3,9 @@
 ``asyncio.create_task`` and ``asyncio.to_thread`` already copy the current context; a thread
 pool's ``submit`` and ``loop.run_in_executor`` do not. These helpers do, for the one call. The
 span current when the work was handed on stays its parent once it has ended, as OpenTelemetry's
-own spans do, unless it was ended in another task or thread than the one that began it (then
-kaos-otel's spans take the nearest span still open): :func:`create_background_task` keeps it even
-then, for work a request leaves running after it answers.
+own spans do. Only work started where a handle was left current (ended elsewhere or out of order)
+skips it: :func:`create_background_task` keeps it even then, for work a request leaves running
+after it answers.
 """
 
 from __future__ import annotations

@@ -656,6 +656,71 @@ async def test_work_that_outlives_its_span_stays_under_it(
     assert_no_detach_errors(caplog)
 
 
+async def test_a_span_left_current_is_skipped_only_where_it_was_made_current(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handle ended in a task or a ``Context.run`` copy, or out of order, stays current where
+    it was begun: kaos-otel's spans there skip it and the enclosing ``with`` block still restores
+    its context; a task started under it (a copy) keeps it as parent, as does work started inside
+    a decorated generator."""
+    caplog.set_level(logging.DEBUG)
+    otel = make_otel()
+    tasks: list[asyncio.Task[None]] = []
+
+    async def runs_on(name: str) -> None:
+        await asyncio.sleep(0.01)
+        with otel.span(name):
+            pass
+
+    async def end_in_a_task(handle: SpanHandle) -> None:
+        otel.span_success(handle)
+
+    @otel.traced("generator")
+    async def stream() -> AsyncIterator[int]:
+        tasks.append(asyncio.create_task(runs_on("under-generator")))
+        yield 1
+
+    with otel.span("request"):
+        tasks.append(asyncio.create_task(runs_on("under-request")))  # before the handle below
+        handed = otel.span_begin("handed-to-a-task")
+        await asyncio.create_task(end_in_a_task(handed))
+        with otel.span("after-handed"):
+            pass
+        ran = otel.span_begin("ended-in-a-copy")
+        contextvars.copy_context().run(otel.span_success, ran)
+        with otel.span("after-copy"):
+            pass
+        first = otel.span_begin("ended-first")
+        tasks.append(asyncio.create_task(runs_on("under-ended-first")))  # a copy: keeps it
+        second = otel.span_begin("ended-second")
+        otel.span_success(first)
+        otel.span_success(second)
+        with otel.span("after-out-of-order"):
+            pass
+        async for _ in stream():
+            pass
+    assert current_name() is None  # the request's block restored its context despite the handles
+    await asyncio.gather(*tasks)
+
+    spans = collect(otel, otlp_receiver, 12)
+    parent_of = {name: one(spans, name).parent_span_id for name in spans}
+    name_of = {one(spans, name).span_id: name for name in spans}
+    assert {name: name_of.get(parent) for name, parent in parent_of.items() if parent} == {
+        "handed-to-a-task": "request",
+        "after-handed": "request",
+        "ended-in-a-copy": "request",
+        "after-copy": "request",
+        "ended-first": "request",
+        "ended-second": "ended-first",
+        "after-out-of-order": "request",
+        "under-request": "request",
+        "under-ended-first": "ended-first",
+        "generator": "request",
+        "under-generator": "generator",
+    }
+    assert_no_detach_errors(caplog)
+
+
 async def test_nested_tasks_keep_their_parents(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str, caplog: pytest.LogCaptureFixture
 ) -> None:
