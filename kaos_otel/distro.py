@@ -11,8 +11,9 @@ capture on). ``opentelemetry-instrumentation-logging``, which ``opentelemetry-bo
 would add a second handler on the root logger and export every record twice, the second copy past
 the content policy: the distro loads it without its handler (``enable_log_auto_instrumentation=False``,
 whatever ``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION`` says; set to ``true``, one warning says why it is
-not followed). Its trace-context fields for log formats (``OTEL_PYTHON_LOG_CORRELATION``) are
-unaffected.
+not followed), and sets that variable to ``false`` unless the environment sets it, for an app
+that calls ``LoggingInstrumentor().instrument()`` itself. Its trace-context fields for log formats
+(``OTEL_PYTHON_LOG_CORRELATION``) are unaffected.
 
 The distro configures the process itself; kaos-otel ships no configurator entry point (with
 ``OTEL_PYTHON_CONFIGURATOR`` unset, whichever configurator comes first runs, and when another
@@ -21,8 +22,8 @@ distro is chosen that must stay its own). Once chosen, the distro sets
 ``opentelemetry-distro``'s configurator, installed as well, would otherwise build a second set of
 providers the API refuses but that still work (its logging handler exports every record a second
 time, past the content-safety layer). ``opentelemetry-instrument`` says which configurator it
-skipped. The variable is passed on to child processes: a child run under another distro sets its
-own. Which
+skipped. Both variables are passed on to child processes: a child run under another distro sets
+its own. Which
 distro is chosen, with both installed, depends on the install's layout: set
 ``OTEL_PYTHON_DISTRO=kaos``.
 """
@@ -45,6 +46,7 @@ class KaosDistro(BaseDistro):  # type: ignore[misc]
     """Distro entry point (``opentelemetry_distro = kaos``)."""
 
     def _configure(self, **kwargs: Any) -> None:
+        os.environ.setdefault("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "false")  # see the module docstring
         os.environ.setdefault("OTEL_PYTHON_CONFIGURATOR", "kaos")  # no other configurator runs after it
         configure(export_other_metrics=True)  # the process's telemetry: the app's metrics too
 

@@ -66,6 +66,25 @@ def test_with_instrumentation_logging_installed_each_record_is_exported_once(
     assert record.trace_id == span.trace_id
 
 
+def test_an_app_instrumenting_logging_itself_gets_no_second_handler(tmp_path: Path) -> None:
+    """With the entry point left out, ``LoggingInstrumentor().instrument()`` in the app's code
+    adds no handler next to kaos-otel's either (it would export every record twice)."""
+    code = textwrap.dedent(
+        """
+        import logging
+        from opentelemetry.instrumentation.logging import LoggingInstrumentor
+        LoggingInstrumentor().instrument(set_logging_format=True)
+        print(sorted(type(handler).__name__ for handler in logging.getLogger().handlers))
+        """
+    )
+    done = run_instrumented(
+        tmp_path, code, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+        OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="logging",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "KaosLoggingHandler" in done.stdout and "'LoggingHandler'" not in done.stdout, done.stdout
+
+
 def test_exporter_variables_none_and_console_are_followed(
     otlp_receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
