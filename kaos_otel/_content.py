@@ -27,7 +27,14 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AnyValue, AttributeValue
 
 from kaos_otel._config import DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT, ContentCapture, content_from_env
-from kaos_otel._secrets import REDACTED, SECRET_KEY_NAME, Redactor, default_redactor, names_a_secret
+from kaos_otel._secrets import (
+    REDACTED,
+    SECRET_KEY_NAME,
+    Redactor,
+    default_redactor,
+    key_names_a_secret,
+    names_a_secret,
+)
 
 __all__ = ["REDACTED", "ContentPolicy", "Redactor", "default_redactor"]
 
@@ -218,14 +225,12 @@ class ContentPolicy:
 
     def is_secret_named(self, key: str) -> bool:
         """Whether ``key`` (an attribute's, a mapping key inside a value, a pair's name) names a
-        secret, so that its whole value is masked: :attr:`secret_keys` finds it, or, up to 64
-        characters, it names one as the key of key=value text would (``SECRET_KEY_BASE``,
-        ``MYSQL_PWD``; not ``password_min_length``)."""
+        secret, so that its whole value is masked: :attr:`secret_keys` finds it, or its last name
+        ends in a secret's name (:func:`~kaos_otel._secrets.key_names_a_secret`: ``SECRET_KEY_BASE``,
+        ``MYSQL_PWD``; not ``password_attempts``)."""
         secret = self._secret_named.get(key)
         if secret is None:
-            secret = self.secret_keys.search(key) is not None or (
-                _NAME_LIKE.fullmatch(key) is not None and names_a_secret(key)
-            )
+            secret = self.secret_keys.search(key) is not None or key_names_a_secret(key)
             remember(self._secret_named, key, secret)
         return secret
 
@@ -237,7 +242,11 @@ class ContentPolicy:
         name = item[0]
         if isinstance(name, bytes):
             name = name.decode("utf-8", "replace")
-        return isinstance(name, str) and _NAME_LIKE.fullmatch(name) is not None and self.is_secret_named(name)
+        return (
+            isinstance(name, str)
+            and _NAME_LIKE.fullmatch(name) is not None
+            and (self.is_secret_named(name) or names_a_secret(name))  # as the key of key=value text
+        )
 
     def clean_attributes(self, attributes: Mapping[str, AttributeValue] | None) -> dict[str, AttributeValue]:
         """Clean every value of an attribute mapping."""

@@ -653,6 +653,23 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
     text = policy.clean_text(json.dumps(settings))  # and the text form
     assert "4f9a8b7c6d5e" not in text and "918273" not in text and "cs-1a2b" not in text
     assert policy.clean_attribute("deploy.SECRET_KEY_BASE", "4f9a8b7c6d5e") == REDACTED  # one rule for keys
+    for key in (
+        "config/SECRET_KEY_BASE",
+        "env:MYSQL_PWD",
+        "app.integrations.salesforce.oauth.client_secret_v2",
+    ):
+        assert policy.clean_attribute(key, "4f9a8b7c6d5e") == REDACTED, key  # the key's last name
+    said_about_a_secret: dict[str, AnyValue] = {  # counts, dates, places: not the secret
+        "guardrail.secrets_detected": 2,
+        "auth.password_attempts": 3,
+        "user.password_reset_requested": "2026-01-02",
+        "llm.api_key_env_var": "OPENAI_API_KEY",
+        "app.private_key_path": "/etc/app/key.pem",
+        "storage.access_key_id": "key-id-7",
+        "PWD": "/srv/app",
+        "tokens_used": 5,
+    }
+    assert policy.clean_attributes(said_about_a_secret) == said_about_a_secret
     conventions: dict[str, AnyValue] = {
         "gen_ai.usage.input_tokens": 9,
         "gen_ai.request.max_tokens": 64,
