@@ -15,9 +15,9 @@ current as parent, and the enclosing ``with`` block restores its context all the
 library's spans and log records there take it as parent until that task or thread begins its next
 span or leaves the context. On a pool thread that is the next job the thread runs, unless the job
 runs in its own context (:func:`kaos_otel.context.submit_in_context`,
-``run_in_executor_in_context``). Copies of that context made while it was open (tasks started
-under it) keep it as parent. Begin the span with ``with`` or the decorator in such code, or end it
-where it began.
+``run_in_executor_in_context``). Tasks and jobs started in that context keep it as parent, before
+or after it ended: their context is a copy, which cannot tell. Begin the span with ``with`` or the
+decorator in such code, or end it where it began.
 """
 
 from __future__ import annotations
@@ -61,18 +61,21 @@ a thread's, one ``Context.run``) from every other, copies of it included."""
 class _SpanMark:
     """What a span's context tells about the span: whether it has ended, whether it was left
     current where it began (``left_current``: ended elsewhere, or before a span begun after it
-    there), and the context to fall back to then.
+    there), and the context to fall back to then (``previous``; ``previous_made_here``: its span
+    was made current in the same execution context as this one).
 
     The context holds this mark rather than the handle, so that a handle and its context do not
     reference each other: an ended span is freed at once instead of waiting, with everything it
-    holds, for the garbage collector.
+    holds, for the garbage collector. Only a span left current in a task or thread that then
+    finishes waits for it: its mark names that execution context, which holds the span.
     """
 
-    __slots__ = ("_begun_here", "ended", "left_current", "previous", "span")
+    __slots__ = ("_begun_here", "ended", "left_current", "previous", "previous_made_here", "span")
 
     def __init__(self, span: Span, previous: Context, ended: bool = False) -> None:
         self.span = span
         self.previous = previous
+        self.previous_made_here = False
         self.ended = ended
         self.left_current = False
         self._begun_here: contextvars.Token[None] | None = None
@@ -93,6 +96,28 @@ class _SpanMark:
             return False
         self._begun_here = _BEGUN_HERE.set(None)  # the next check needs a token of its own
         return True
+
+    def note_end(self, current_here: bool) -> None:
+        """Record how the span ended: left current where it was made current, unless it ended
+        there with its context current (``current_here``); then where it was is no longer needed."""
+        self.left_current = self._begun_here is not None and not current_here
+        if not self.left_current:
+            self._begun_here = None
+
+    def previous_where_made_current(self) -> Context:
+        """What a walk past this span reaches where it was made current: past the spans left
+        current there that it was begun on."""
+        ctx, link = self.previous, self
+        while link.previous_made_here:
+            behind = ctx.get(_MARK_KEY)
+            if not (
+                isinstance(behind, _SpanMark)
+                and behind.left_current
+                and trace.get_current_span(ctx) is behind.span
+            ):
+                break
+            ctx, link = behind.previous, behind
+        return ctx
 
 
 class SpanHandle:
@@ -256,27 +281,20 @@ class SpanHandle:
                 self._restore_context()
 
     def _restore_context(self) -> None:
-        """If this span's context is current here, restore the one current when it began.
-
-        Should that context's span have ended where it was not current (out of order, or from
-        another task or thread), the nearest one that did not is restored instead.
-        """
+        """If this span's context is current here (directly, or under spans left current here),
+        restore the one current when it began, past the spans left current here."""
         mark = self._mark
         previous = live_context(mark.previous)
-        # what a walk past this ended span reaches, in one step from now on: a consumer whose
-        # spans its workers end would hold a chain of them otherwise (a walk past it runs only
-        # where it was made current, so past spans left current there: assumed to be the same)
-        mark.previous = live_context(previous, anywhere=True)
         current = otel_context.get_current()
-        # current here, directly or under spans left current here (ended elsewhere)
         if current is self._context or live_context(current) is self._context:
             otel_context.attach(previous)
-            made_current_here = mark.runs_where_made_current()
+            mark.note_end(current_here=mark.runs_where_made_current())
         else:
-            made_current_here = False
-        # made current where it began (not by the decorator around a generator) and still current
-        # there: kaos-otel's spans there skip it (a copy of that context keeps it as parent)
-        mark.left_current = mark._begun_here is not None and not made_current_here
+            mark.note_end(current_here=False)
+        # a walk past this span, from now on, in one step: a consumer whose spans its workers end
+        # would hold a chain of them otherwise
+        mark.previous = mark.previous_where_made_current()
+        mark.previous_made_here = False
 
     # --- context manager ----------------------------------------------------------------------
     def __enter__(self) -> Self:
@@ -299,10 +317,9 @@ class SpanHandle:
         self.__exit__(exc_type, exc, tb)
 
 
-def live_context(ctx: Context, *, anywhere: bool = False) -> Context:
+def live_context(ctx: Context) -> Context:
     """``ctx``, or if its current span was left current in the execution context running now
-    (ended elsewhere, or out of order), the nearest ancestor's that was not (``anywhere``: left
-    current in any execution context).
+    (ended elsewhere, or out of order), the nearest ancestor's that was not.
 
     The ended spans walked past are pointed at that ancestor (path compression): a later walk
     takes one step, and the spans between them are no longer reachable from a context that
@@ -319,24 +336,15 @@ def live_context(ctx: Context, *, anywhere: bool = False) -> Context:
         isinstance(mark, _SpanMark)
         and mark.left_current
         and trace.get_current_span(ctx) is mark.span
-        and (anywhere or mark.runs_where_made_current())
+        and mark.runs_where_made_current()
     ):
         walked.append(mark)
         ctx = mark.previous
         mark = ctx.get(_MARK_KEY)
     for ended in walked:
         ended.previous = ctx
+        ended.previous_made_here = False  # not known of the ancestor: no further walk from it
     return ctx
-
-
-def pinned_context(ctx: Context) -> Context:
-    """``ctx`` whose current span stays the parent of new spans even once that span has ended
-    where it was not current.
-
-    For work a request leaves behind (a background task): without the pin, new spans would skip
-    request spans ended from another task or thread.
-    """
-    return otel_context.set_value(_MARK_KEY, None, ctx)
 
 
 class SpanFactory:
@@ -406,8 +414,11 @@ class SpanFactory:
         previous = live_context(otel_context.get_current())
         parent_context = previous if parent is None else parent
         handle = self._start(name, kind, attributes, links, parent_context, on_end, handle_type, previous)
+        behind = previous.get(_MARK_KEY)
+        mark = handle._mark
+        mark.previous_made_here = isinstance(behind, _SpanMark) and behind.runs_where_made_current()
         otel_context.attach(handle.context)
-        handle._mark.made_current_here()
+        mark.made_current_here()
         return handle
 
     def traced(

@@ -3,9 +3,7 @@
 ``asyncio.create_task`` and ``asyncio.to_thread`` already copy the current context; a thread
 pool's ``submit`` and ``loop.run_in_executor`` do not. These helpers do, for the one call. The
 span current when the work was handed on stays its parent once it has ended, as OpenTelemetry's
-own spans do. Only work started where a handle was left current (ended elsewhere or out of order)
-skips it: :func:`create_background_task` keeps it even then, for work a request leaves running
-after it answers.
+own spans do.
 """
 
 from __future__ import annotations
@@ -15,10 +13,6 @@ import contextvars
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, Future
 from typing import Any, ParamSpec, TypeVar, TypeVarTuple, Unpack
-
-from opentelemetry import context as otel_context
-
-from kaos_otel._spans import pinned_context
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -56,8 +50,7 @@ def wrap_in_context(fn: Callable[P, T]) -> Callable[P, T]:
 
 
 def create_background_task(coro: Coroutine[Any, Any, T], *, name: str | None = None) -> asyncio.Task[T]:
-    """``asyncio.create_task`` whose spans are children of the current span, even after it ends,
-    wherever it is ended."""
-    context = contextvars.copy_context()
-    context.run(otel_context.attach, pinned_context(otel_context.get_current()))
-    return asyncio.create_task(coro, name=name, context=context)
+    """``asyncio.create_task`` for work a request leaves running after it answers: its spans are
+    children of the current span, even after that span ends (the task runs in a copy of the
+    current context, as ``asyncio.create_task`` runs any task; the name says what it is for)."""
+    return asyncio.create_task(coro, name=name)

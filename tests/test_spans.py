@@ -721,6 +721,39 @@ async def test_a_span_left_current_is_skipped_only_where_it_was_made_current(
     assert_no_detach_errors(caplog)
 
 
+def test_a_copy_keeps_a_parent_left_current_where_it_was_begun(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Out-of-order ends inside a copy of a context (a task's) that holds a span left current
+    where it was begun: the copy skips its own such span, not the one it was started under."""
+    caplog.set_level(logging.DEBUG)
+    otel = make_otel()
+    started_under = otel.span_begin("started-under")
+    copy = contextvars.copy_context()  # what a task started now runs in
+    later = otel.span_begin("later")
+    otel.span_success(started_under)  # out of order, where it was begun
+    otel.span_success(later)
+
+    def in_the_copy() -> None:
+        first = otel.span_begin("first")
+        second = otel.span_begin("second")
+        otel.span_success(first)
+        otel.span_success(second)
+        with otel.span("after"):
+            pass
+
+    copy.run(in_the_copy)
+    with otel.span("here-after"):
+        pass
+    spans = collect(otel, otlp_receiver, 6)
+    name_of = {one(spans, name).span_id: name for name in spans}
+    assert {name: name_of.get(one(spans, name).parent_span_id or "") for name in spans} == {
+        "started-under": None, "later": "started-under", "first": "started-under", "second": "first",
+        "after": "started-under", "here-after": None,
+    }  # fmt: skip
+    assert_no_detach_errors(caplog)
+
+
 async def test_nested_tasks_keep_their_parents(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver, protocol: str, caplog: pytest.LogCaptureFixture
 ) -> None:
