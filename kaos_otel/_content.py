@@ -199,7 +199,8 @@ class ContentPolicy:
             if value and self.is_secret_named(key):  # an item holding credentials: masked whole
                 return REDACTED
             if depth >= _MAX_STRUCTURE_DEPTH or len(value) > _MAX_STRUCTURE_ITEMS:
-                return self.clean_text(json.dumps(value, default=safe_str), self.max_value_length)
+                # as JSON text the walk writes (NaN as text, keys naming a secret masked), cleaned
+                return self.clean_text(_BoundedWalk(self).json_text(value, 0), self.max_value_length)
             if isinstance(value, Mapping):
                 return {
                     self._clean_key(str(k)): self._clean_structured(_name_of_key(k), v, depth + 1)

@@ -113,30 +113,31 @@ def names_a_secret(name: str) -> bool:
     return not (suffix and _about_a_secret(suffix))
 
 
-_KEY_LAST_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
-"""A key's last name: after its last ``.``, ``/``, ``:`` or space, up to 64 characters."""
+_KEY_LAST_NAMES = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+"""A key's last names: after its last ``/``, ``:`` or space, up to 64 characters."""
 
 _SECRET_KEY_ENDING = re.compile(
     r"(?i)(?:(?:" + _SECRET_NAMES + r")s?|token)"
-    r"(?:[_-]?(?:key|base|value|v?[0-9]+|str|string|b64|base64|hex|new|old|current|prod|admin|enc"
-    r"|encoded|data|raw|text|hash|salt))*\Z"
+    r"(?:[_.-]?(?:key|base|value|v?[0-9]+|str|string|b64|base64|hex|pem|der|new|old|current|prod"
+    r"|live|admin|enc|encoded|data|raw|text|contents?|hash|digest|salt|confirm|confirmation))*\Z"
 )
 """A name ending in a secret's name, plural (not ``tokens``), or followed only by words that still
-name the value (``SECRET_KEY_BASE``, ``client_secret_v2``)."""
+name the value (``SECRET_KEY_BASE``, ``client_secret_v2``, ``db.password.value``,
+``password_confirmation``)."""
 
 _SHELL_DIRECTORIES = frozenset({"PWD", "OLDPWD"})
 
 
 def key_names_a_secret(key: str) -> bool:
-    """Whether an attribute's or a mapping's ``key`` names a secret: its last name ends in a
-    secret's name, plural or followed only by words that still name the value (``MYSQL_PWD``,
-    ``config/SECRET_KEY_BASE``, ``auth_token``, ``client_secret_v2``); not a count, a date or a
-    place said about one (``password_attempts``, ``secrets_detected``, ``api_key_env_var``,
-    ``private_key_path``), nor the shell's ``PWD``."""
-    last = _KEY_LAST_NAME.search(key)
+    """Whether an attribute's or a mapping's ``key`` names a secret: it ends in a secret's name,
+    plural or followed only by words that still name the value (``MYSQL_PWD``,
+    ``config/SECRET_KEY_BASE``, ``auth_token``, ``client_secret_v2``, ``db.password.value``); not a
+    count, a date or a place said about one (``password_attempts``, ``secrets_detected``,
+    ``api_key_env_var``, ``private_key_path``, ``k8s.secret.uid``), nor the shell's ``PWD``."""
+    last = _KEY_LAST_NAMES.search(key)
     return (
         last is not None
-        and last.group().upper() not in _SHELL_DIRECTORIES
+        and last.group().rpartition(".")[2] not in _SHELL_DIRECTORIES
         and _SECRET_KEY_ENDING.search(last.group()) is not None
     )
 

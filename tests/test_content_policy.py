@@ -657,6 +657,10 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "config/SECRET_KEY_BASE",
         "env:MYSQL_PWD",
         "app.integrations.salesforce.oauth.client_secret_v2",
+        "db.password.value",
+        "password_confirmation",
+        "private_key_pem",
+        "pwd",
     ):
         assert policy.clean_attribute(key, "4f9a8b7c6d5e") == REDACTED, key  # the key's last name
     said_about_a_secret: dict[str, AnyValue] = {  # counts, dates, places: not the secret
@@ -667,6 +671,8 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "app.private_key_path": "/etc/app/key.pem",
         "storage.access_key_id": "key-id-7",
         "PWD": "/srv/app",
+        "process.env.OLDPWD": "/home/app",
+        "k8s.secret.uid": "3f1c",
         "tokens_used": 5,
     }
     assert policy.clean_attributes(said_about_a_secret) == said_about_a_secret
@@ -696,3 +702,23 @@ def test_a_structure_made_json_text_is_valid_json_with_nan_and_infinity() -> Non
         "min": "-Infinity",
         "n": 1.5,
     }
+
+
+def test_a_structure_the_export_layer_flattens_is_valid_json_with_nan() -> None:
+    """A log attribute deeper than the cleaning layer walks becomes JSON text: valid JSON too."""
+    policy = ContentPolicy()
+    deep: AnyValue = {"score": float("nan"), "max": float("inf")}
+    for _ in range(10):
+        deep = {"level": deep}
+    cleaned = policy.clean_attribute("scores", deep)
+    while isinstance(cleaned, dict):  # the levels the cleaning layer walks stay a structure
+        cleaned = cleaned["level"]
+    assert isinstance(cleaned, str)
+
+    def refuse(constant: str) -> object:
+        raise ValueError(f"not JSON: {constant}")
+
+    innermost = json.loads(cleaned, parse_constant=refuse)
+    while "level" in innermost:
+        innermost = innermost["level"]
+    assert innermost == {"score": "NaN", "max": "Infinity"}
