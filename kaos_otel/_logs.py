@@ -17,8 +17,8 @@ from opentelemetry import trace
 from opentelemetry._logs import LoggerProvider, LogRecord, SeverityNumber
 from opentelemetry.util.types import AnyValue
 
-from kaos_otel._content import ContentPolicy, remember
-from kaos_otel._internal_log import internal_error
+from kaos_otel._content import ContentPolicy, remember, to_log_value
+from kaos_otel._internal_log import internal_error, log_once
 
 CONTENT_LOGGERS: tuple[str, ...] = ("mem0", "mcp")
 """Loggers whose records contain user content: mem0 logs memory text, mcp tool arguments, tool
@@ -36,8 +36,12 @@ _STANDARD_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", Non
     "asctime",
     "otelTraceID",
     "otelSpanID",
+    "otelServiceName",  # opentelemetry-instrumentation-logging's correlation fields
+    "otelTraceSampled",
 }
 """``logging.LogRecord`` fields that are not user ``extra=`` values."""
+
+_PRIMITIVE_VALUES = (str, bool, int, float)
 
 _SEVERITY_TEXT = {"WARNING": "WARN", "CRITICAL": "FATAL"}
 _emitting: ContextVar[bool] = ContextVar("kaos_otel_log_emitting", default=False)
@@ -67,7 +71,10 @@ class KaosLoggingHandler(logging.Handler):
 
     Records from content loggers are dropped unless content capture is on; exception messages
     are left out unless content capture is on (type and stack frames are kept). A record logged
-    while this handler emits (an exporter complaining about the record) is not exported again.
+    while this handler emits (an exporter complaining about the record), or while instrumentation
+    is suppressed (an exporter added to the provider exporting, its HTTP client logging; read
+    through ``opentelemetry-instrumentation`` where it is installed), is not exported again.
+    ``extra=`` values that are not text or numbers are converted as a structured log value is.
 
     The bridge leaves Python's own output as it was: a warning or error that no other handler
     sees goes to ``logging.lastResort`` (stderr) too, as it would without the bridge, so an app
@@ -80,6 +87,7 @@ class KaosLoggingHandler(logging.Handler):
         super().__init__(level=level)
         self.logger_provider = logger_provider
         self._policy = policy
+        self._instrumentation_suppressed = _suppression_check()
         self._exported_loggers: dict[str, bool] = {}
         """Logger names and whether their records may be exported (a few names log everything)."""
 
@@ -108,7 +116,7 @@ class KaosLoggingHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         """Translate and emit ``record``; never raises."""
-        if _emitting.get():
+        if _emitting.get() or self._instrumentation_suppressed():
             return
         try:
             body = self.format(record) if self.formatter else record.getMessage()
@@ -128,7 +136,9 @@ class KaosLoggingHandler(logging.Handler):
 
     def _translate(self, record: logging.LogRecord, body: str) -> LogRecord:
         attributes: dict[str, AnyValue] = {
-            key: value for key, value in vars(record).items() if key not in _STANDARD_RECORD_FIELDS
+            key: value if isinstance(value, _PRIMITIVE_VALUES) else to_log_value(value, self._policy)
+            for key, value in vars(record).items()
+            if key not in _STANDARD_RECORD_FIELDS
         }
         if record.exc_info and record.exc_info[1] is not None:
             attributes.update(self._policy.exception_attributes(record.exc_info[1]))
@@ -141,6 +151,36 @@ class KaosLoggingHandler(logging.Handler):
             body=body,
             attributes=attributes,
         )
+
+
+def _suppression_check() -> Callable[[], bool]:
+    """Whether instrumentation is suppressed in the current context, as the SDK's batch processors
+    mark their exports; read through ``opentelemetry-instrumentation``'s public helper, imported
+    here rather than per record (without that package: never)."""
+    try:
+        from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+    except ImportError:
+        return lambda: False
+    return lambda: not is_instrumentation_enabled()
+
+
+def bridge_level_from_env() -> int:
+    """The bridge's level: ``OTEL_PYTHON_LOG_HANDLER_LEVEL``, as opentelemetry-instrumentation-logging
+    reads it for its handler (a level name); records of every level when unset or unknown."""
+    name = os.environ.get("OTEL_PYTHON_LOG_HANDLER_LEVEL", "").strip()
+    if not name:
+        return logging.NOTSET
+    level = logging.getLevelName(name.upper())
+    if isinstance(level, int):
+        return level
+    log_once(
+        "log-handler-level",
+        "kaos-otel: OTEL_PYTHON_LOG_HANDLER_LEVEL=%r is no logging level; records of every level "
+        "are exported",
+        name,
+        level=logging.WARNING,
+    )
+    return logging.NOTSET
 
 
 def _first_of_only_bridges(record: logging.LogRecord) -> KaosLoggingHandler | None:

@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from kaos_otel._config import OtlpProtocol, TelemetrySettings
 from kaos_otel._content import ContentPolicy
 from kaos_otel._internal_log import internal_error, log_once
-from kaos_otel._logs import KaosLoggingHandler, keep_on_root, release_bridges_to
+from kaos_otel._logs import KaosLoggingHandler, bridge_level_from_env, keep_on_root, release_bridges_to
 from kaos_otel._metrics import CatalogMeterProvider, metric_views
 from kaos_otel.exporters import (
     BatchSettings,
@@ -187,10 +187,11 @@ def _sdk_provider(provider: Any) -> Any:
 
 
 def _bridges_logging(handler: logging.Handler, provider: object) -> bool:
-    """Whether ``handler`` already sends records to OpenTelemetry logs (ours on ``provider``, or OTel's)."""
+    """Whether ``handler`` already sends records to ``provider`` (ours on it, or OpenTelemetry's
+    own handler when ``provider`` is the global one it sends to)."""
     if isinstance(handler, KaosLoggingHandler):
         return handler.logger_provider is provider
-    return type(handler).__module__.startswith("opentelemetry.")
+    return type(handler).__module__.startswith("opentelemetry.") and provider is get_logger_provider()
 
 
 class ExportPipeline:
@@ -521,7 +522,7 @@ class ExportPipeline:
             # Another manager on the same (global) providers, or the host's own OTel logging
             # handler, already bridges them: a second handler would export every record twice.
             return
-        keep_on_root(KaosLoggingHandler(self.logger_provider, policy))
+        keep_on_root(KaosLoggingHandler(self.logger_provider, policy, level=bridge_level_from_env()))
 
     @property
     def shut_down(self) -> bool:

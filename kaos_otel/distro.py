@@ -62,4 +62,11 @@ class KaosDistro(BaseDistro):  # type: ignore[misc]
                     "handler would export every record twice",
                     level=logging.WARNING,
                 )
+            if os.environ.get("OTEL_PYTHON_LOG_CODE_ATTRIBUTES", "").strip().lower() == "true":
+                log_once(
+                    "distro-log-code-attributes",
+                    "kaos-otel: OTEL_PYTHON_LOG_CODE_ATTRIBUTES=true is not followed: kaos-otel's "
+                    "handler records no code.* attributes",
+                    level=logging.WARNING,
+                )
         super().load_instrumentor(entry_point, **kwargs)

@@ -3,6 +3,8 @@ host-installed providers, protocol selection and bounded flush/shutdown."""
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import http.client
 import logging
 import logging.config
@@ -13,11 +15,15 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, InMemoryLogRecordExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
@@ -932,6 +938,78 @@ def test_exporter_logging_is_not_fed_back_into_the_pipeline(
     assert otel.force_flush(5)
     assert [log.body for log in otlp_receiver.logs()] == ["the only record"]
     assert any(r.name.startswith("urllib3") for r in caplog.records)  # they were logged locally
+
+
+def test_an_added_exporters_own_logging_is_not_fed_back_either(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """An exporter the app adds to the manager's logger provider runs on the SDK's batch thread,
+    which marks its exports as suppressed instrumentation: what it logs is not exported again."""
+    second_backend = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
+
+    def export_and_log(batch: Sequence[Any]) -> Any:
+        logging.getLogger("app.second_backend").warning("sent %d records", len(batch))
+        return InMemoryLogRecordExporter.export(second_backend, batch)
+
+    second_backend.export = export_and_log  # type: ignore[method-assign]
+    otel = make_otel()
+    added = BatchLogRecordProcessor(
+        sanitized_exporter(second_backend, otel.content_policy), schedule_delay_millis=50
+    )
+    otel.logger_provider.add_log_record_processor(added)  # type: ignore[attr-defined]
+    try:
+        logging.getLogger("app").warning("the only record")
+        time.sleep(0.5)  # both batch threads export; a feedback loop, if any, shows itself
+        assert otel.force_flush(5)
+        assert [log.body for log in otlp_receiver.logs()] == ["the only record"]
+        assert len(second_backend.get_finished_logs()) == 1
+    finally:
+        second_backend.export = InMemoryLogRecordExporter.export.__get__(second_backend)  # type: ignore[method-assign]
+        added.shutdown()  # type: ignore[no-untyped-call]
+
+
+def test_extra_values_and_the_handler_level_from_the_environment(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``extra=`` objects arrive converted, without the SDK's "Invalid type" warning in the app's
+    own output; ``OTEL_PYTHON_LOG_HANDLER_LEVEL`` sets the bridge's level, as the contrib handler's."""
+    caplog.set_level(logging.INFO)
+    otel = make_otel(environ={"OTEL_PYTHON_LOG_HANDLER_LEVEL": "warning"})
+    app = logging.getLogger("app")
+    app.info("below the bridge's level")
+    at = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
+    extra = {"at": at, "total": decimal.Decimal("9.99"), "ids": (uuid.UUID(int=7),)}
+    app.warning("order placed", extra=extra)
+    assert otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 1, 10)
+    (record,) = otlp_receiver.logs()
+    assert record.body == "order placed"
+    assert {k: record.attributes[k] for k in extra} == {
+        "at": str(at), "total": "9.99", "ids": (str(uuid.UUID(int=7)),)
+    }  # fmt: skip
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")], caplog.text
+
+
+def test_a_private_manager_bridges_next_to_opentelemetrys_handler_on_the_global_provider(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """An OpenTelemetry handler on the root logger sends to the global provider: a private
+    manager's own provider gets its records from its own bridge."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the SDK's handler, as old as the range
+        from opentelemetry.sdk._logs import LoggingHandler
+
+        theirs = LoggingHandler(logger_provider=LoggerProvider())
+    root = logging.getLogger()
+    root.addHandler(theirs)
+    try:
+        otel = make_otel()
+        logging.getLogger("app").warning("to the private manager")
+        assert otel.force_flush(5)
+        assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 1, 10)
+        assert [log.body for log in otlp_receiver.logs()] == ["to the private manager"]
+    finally:
+        root.removeHandler(theirs)
 
 
 def test_settings_never_touch_os_environ(make_otel: MakeOtel) -> None:
