@@ -41,7 +41,13 @@ _STANDARD_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", Non
 }
 """``logging.LogRecord`` fields that are not user ``extra=`` values."""
 
-_PRIMITIVE_VALUES = (str, bool, int, float)
+
+def _is_plain(value: object) -> bool:
+    """Text, a boolean, a float or a 64-bit integer: an attribute value as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -(2**63) <= value < 2**63
+    return isinstance(value, str | bool | float)
+
 
 _SEVERITY_TEXT = {"WARNING": "WARN", "CRITICAL": "FATAL"}
 _emitting: ContextVar[bool] = ContextVar("kaos_otel_log_emitting", default=False)
@@ -72,8 +78,9 @@ class KaosLoggingHandler(logging.Handler):
     Records from content loggers are dropped unless content capture is on; exception messages
     are left out unless content capture is on (type and stack frames are kept). A record logged
     while this handler emits (an exporter complaining about the record), or while instrumentation
-    is suppressed (an exporter added to the provider exporting, its HTTP client logging; read
-    through ``opentelemetry-instrumentation`` where it is installed), is not exported again.
+    is suppressed (an exporter added to the provider exporting, its HTTP client logging; the
+    app's own ``suppress_instrumentation()`` blocks too, as for every instrumentation; read
+    through ``opentelemetry-instrumentation`` where it is installed), is not exported.
     ``extra=`` values that are not text or numbers are converted as a structured log value is.
 
     The bridge leaves Python's own output as it was: a warning or error that no other handler
@@ -82,9 +89,12 @@ class KaosLoggingHandler(logging.Handler):
     """
 
     def __init__(
-        self, logger_provider: LoggerProvider, policy: ContentPolicy, level: int = logging.NOTSET
+        self, logger_provider: LoggerProvider, policy: ContentPolicy, export_level: int = logging.NOTSET
     ) -> None:
-        super().__init__(level=level)
+        super().__init__()  # every record reaches handle(), which exports those from export_level
+        self.export_level = export_level
+        """The least level exported (the handler's own level stays unset, so that a warning below
+        it still finds Python's last resort when no other handler prints it)."""
         self.logger_provider = logger_provider
         self._policy = policy
         self._instrumentation_suppressed = _suppression_check()
@@ -112,6 +122,8 @@ class KaosLoggingHandler(logging.Handler):
             and _first_of_only_bridges(record) is self
         ):
             last_resort.handle(record)
+        if record.levelno < self.export_level:
+            return False
         return bool(super().handle(record))
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -136,7 +148,7 @@ class KaosLoggingHandler(logging.Handler):
 
     def _translate(self, record: logging.LogRecord, body: str) -> LogRecord:
         attributes: dict[str, AnyValue] = {
-            key: value if isinstance(value, _PRIMITIVE_VALUES) else to_log_value(value, self._policy)
+            key: value if _is_plain(value) else to_log_value(value, self._policy)
             for key, value in vars(record).items()
             if key not in _STANDARD_RECORD_FIELDS
         }

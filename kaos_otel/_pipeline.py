@@ -522,7 +522,7 @@ class ExportPipeline:
             # Another manager on the same (global) providers, or the host's own OTel logging
             # handler, already bridges them: a second handler would export every record twice.
             return
-        keep_on_root(KaosLoggingHandler(self.logger_provider, policy, level=bridge_level_from_env()))
+        keep_on_root(KaosLoggingHandler(self.logger_provider, policy, export_level=bridge_level_from_env()))
 
     @property
     def shut_down(self) -> bool:

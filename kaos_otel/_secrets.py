@@ -113,13 +113,15 @@ def names_a_secret(name: str) -> bool:
     return not (suffix and _about_a_secret(suffix))
 
 
-_KEY_LAST_NAMES = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
-"""A key's last names: after its last ``/``, ``:`` or space, up to 64 characters."""
+_KEY_LAST_NAMES = re.compile(r"([A-Za-z0-9_.-]{1,64})\]?\Z")
+"""A key's last names: after its last ``/``, ``:``, space or ``[`` (``user[password]``), up to 64
+characters."""
 
 _SECRET_KEY_ENDING = re.compile(
     r"(?i)(?:(?:" + _SECRET_NAMES + r")s?|token)"
-    r"(?:[_.-]?(?:key|base|value|v?[0-9]+|str|string|b64|base64|hex|pem|der|new|old|current|prod"
-    r"|live|admin|enc|encoded|data|raw|text|contents?|hash|digest|salt|confirm|confirmation))*\Z"
+    # each word atomic, the longer spelling first: a run of digits or letters is read one way only
+    r"(?:[_.-]?(?>key|base64|base|value|v?[0-9]+|string|str|b64|hex|pem|der|new|old|current|prod"
+    r"|live|admin|encoded|enc|data|raw|text|contents?|hash|digest|salt|confirmation|confirm))*\Z"
 )
 """A name ending in a secret's name, plural (not ``tokens``), or followed only by words that still
 name the value (``SECRET_KEY_BASE``, ``client_secret_v2``, ``db.password.value``,
@@ -137,8 +139,8 @@ def key_names_a_secret(key: str) -> bool:
     last = _KEY_LAST_NAMES.search(key)
     return (
         last is not None
-        and last.group().rpartition(".")[2] not in _SHELL_DIRECTORIES
-        and _SECRET_KEY_ENDING.search(last.group()) is not None
+        and last.group(1).rpartition(".")[2] not in _SHELL_DIRECTORIES
+        and _SECRET_KEY_ENDING.search(last.group(1)) is not None
     )
 
 

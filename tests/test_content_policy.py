@@ -661,6 +661,7 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "password_confirmation",
         "private_key_pem",
         "pwd",
+        "user[password]",
     ):
         assert policy.clean_attribute(key, "4f9a8b7c6d5e") == REDACTED, key  # the key's last name
     said_about_a_secret: dict[str, AnyValue] = {  # counts, dates, places: not the secret
@@ -722,3 +723,20 @@ def test_a_structure_the_export_layer_flattens_is_valid_json_with_nan() -> None:
     while "level" in innermost:
         innermost = innermost["level"]
     assert innermost == {"score": "NaN", "max": "Infinity"}
+
+
+def test_a_key_of_many_digits_is_judged_in_one_pass() -> None:
+    """A key a model wrote (``token`` and 3,000 digits): each word of a key's ending is read one
+    way, so the check ends at once (it took 5 s at 24 digits when a digit run could be split)."""
+    assert not ContentPolicy().is_secret_named("token" + "1" * 3000 + "x")
+    assert ContentPolicy().is_secret_named("token" + "1" * 20)
+
+
+def test_pairs_in_a_list_made_json_text_are_masked() -> None:
+    """A list of (name, value) pairs too long to walk becomes JSON text: its secret pairs are
+    masked there, where the export layer no longer sees pairs."""
+    pairs: list[AnyValue] = [["session.token.1", "S3cretV4lue"], ["token.new", "S3cretV4lue"]]
+    filler: list[AnyValue] = [["k", i] for i in range(300)]
+    text = ContentPolicy().clean_attribute("env", pairs + filler)
+    assert isinstance(text, str) and "S3cretV4lue" not in text
+    assert text.startswith('[["session.token.1", "[REDACTED]"], ["token.new", "[REDACTED]"], ["k", 0]')

@@ -18,6 +18,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -978,16 +979,43 @@ def test_extra_values_and_the_handler_level_from_the_environment(
     app = logging.getLogger("app")
     app.info("below the bridge's level")
     at = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
-    extra = {"at": at, "total": decimal.Decimal("9.99"), "ids": (uuid.UUID(int=7),)}
+    extra = {"at": at, "total": decimal.Decimal("9.99"), "ids": (uuid.UUID(int=7),), "order": 2**64 + 5}
     app.warning("order placed", extra=extra)
     assert otel.force_flush(5)
     assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 1, 10)
     (record,) = otlp_receiver.logs()
     assert record.body == "order placed"
     assert {k: record.attributes[k] for k in extra} == {
-        "at": str(at), "total": "9.99", "ids": (str(uuid.UUID(int=7)),)
+        "at": str(at), "total": "9.99", "ids": (str(uuid.UUID(int=7)),), "order": str(2**64 + 5)
     }  # fmt: skip
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")], caplog.text
+
+
+def test_a_warning_below_the_bridges_level_still_reaches_stderr(tmp_path: Path) -> None:
+    """With ``OTEL_PYTHON_LOG_HANDLER_LEVEL=error`` and no logging configured, a warning is not
+    exported, and Python still prints it (its last resort), as without the bridge."""
+    code = textwrap.dedent(
+        """
+        import logging
+        from kaos_otel import KaosOtelManager
+        otel = KaosOtelManager("svc", global_providers=False)
+        logging.getLogger("app").warning("disk almost full")
+        otel.shutdown(1)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KAOS_"))}
+    env.update(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_PYTHON_LOG_HANDLER_LEVEL="error")
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "disk almost full" in done.stderr
 
 
 def test_a_private_manager_bridges_next_to_opentelemetrys_handler_on_the_global_provider(
