@@ -18,7 +18,6 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -991,29 +990,18 @@ def test_extra_values_and_the_handler_level_from_the_environment(
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")], caplog.text
 
 
-def test_a_warning_below_the_bridges_level_still_reaches_stderr(tmp_path: Path) -> None:
+def test_a_warning_below_the_bridges_level_still_reaches_stderr() -> None:
     """With ``OTEL_PYTHON_LOG_HANDLER_LEVEL=error`` and no logging configured, a warning is not
     exported, and Python still prints it (its last resort), as without the bridge."""
-    code = textwrap.dedent(
-        """
+    code = """
         import logging
         from kaos_otel import KaosOtelManager
         otel = KaosOtelManager("svc", global_providers=False)
         logging.getLogger("app").warning("disk almost full")
         otel.shutdown(1)
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KAOS_"))}
-    env.update(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_PYTHON_LOG_HANDLER_LEVEL="error")
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """
+    env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_PYTHON_LOG_HANDLER_LEVEL="error")
+    done = run_python(code, env)
     assert done.returncode == 0, done.stderr
     assert "disk almost full" in done.stderr
 
