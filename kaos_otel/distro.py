@@ -23,8 +23,7 @@ distro is chosen that must stay its own). Once chosen, the distro sets
 providers the API refuses but that still work (its logging handler exports every record a second
 time, past the content-safety layer). ``opentelemetry-instrument`` says which configurator it
 skipped. Both variables are passed on to child processes: a child run under another distro sets
-its own. Which
-distro is chosen, with both installed, depends on the install's layout: set
+its own. Which distro is chosen, with both installed, depends on the install's layout: set
 ``OTEL_PYTHON_DISTRO=kaos``.
 """
 
