@@ -108,14 +108,7 @@ class _SpanMark:
         """What a walk past this span reaches where it was made current: past the spans left
         current there that it was begun on."""
         ctx, link = self.previous, self
-        while link.previous_made_here:
-            behind = ctx.get(_MARK_KEY)
-            if not (
-                isinstance(behind, _SpanMark)
-                and behind.left_current
-                and trace.get_current_span(ctx) is behind.span
-            ):
-                break
+        while link.previous_made_here and (behind := _left_current_mark(ctx)) is not None:
             ctx, link = behind.previous, behind
         return ctx
 
@@ -284,10 +277,9 @@ class SpanHandle:
         """If this span's context is current here (directly, or under spans left current here),
         restore the one current when it began, past the spans left current here."""
         mark = self._mark
-        previous = live_context(mark.previous)
         current = otel_context.get_current()
         if current is self._context or live_context(current) is self._context:
-            otel_context.attach(previous)
+            otel_context.attach(live_context(mark.previous))
             mark.note_end(current_here=mark.runs_where_made_current())
         else:
             mark.note_end(current_here=False)
@@ -325,26 +317,30 @@ def live_context(ctx: Context) -> Context:
     takes one step, and the spans between them are no longer reachable from a context that
     stays current (a consumer task whose spans other tasks end).
     """
-    mark = ctx.get(_MARK_KEY)
-    if not (isinstance(mark, _SpanMark) and mark.left_current):  # nearly always: at once
+    first = ctx.get(_MARK_KEY)
+    if not (isinstance(first, _SpanMark) and first.left_current):  # nearly always: at once
         return ctx
     walked: list[_SpanMark] = []
-    # past such a span only while it is the current one (not when another library's span begun
-    # under it is; a pinned context has no mark) and only where it was made current (a task or a
-    # pool job started under it keeps it as parent, as OpenTelemetry's own spans do)
-    while (
-        isinstance(mark, _SpanMark)
-        and mark.left_current
-        and trace.get_current_span(ctx) is mark.span
-        and mark.runs_where_made_current()
-    ):
+    # only where it was made current: a task or a pool job started under it keeps it as parent,
+    # as OpenTelemetry's own spans do
+    mark = _left_current_mark(ctx)
+    while mark is not None and mark.runs_where_made_current():
         walked.append(mark)
         ctx = mark.previous
-        mark = ctx.get(_MARK_KEY)
+        mark = _left_current_mark(ctx)
     for ended in walked:
         ended.previous = ctx
         ended.previous_made_here = False  # not known of the ancestor: no further walk from it
     return ctx
+
+
+def _left_current_mark(ctx: Context) -> _SpanMark | None:
+    """The mark of ``ctx``'s current span if that span was left current (ended elsewhere, or out
+    of order); ``None`` when another library's span begun under it is current."""
+    mark = ctx.get(_MARK_KEY)
+    if isinstance(mark, _SpanMark) and mark.left_current and trace.get_current_span(ctx) is mark.span:
+        return mark
+    return None
 
 
 class SpanFactory:
