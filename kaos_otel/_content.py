@@ -208,7 +208,7 @@ class ContentPolicy:
                 }
             items: list[object] = []
             for item in value:
-                if self.is_secret_pair(item):  # an item of a list of pairs: headers, environment entries
+                if self._is_secret_pair(item):  # an item of a list of pairs: headers, environment entries
                     items.append([self._clean_structured(key, item[0], depth + 2), REDACTED])
                 else:
                     items.append(self._clean_structured(key, item, depth + 1))
@@ -235,7 +235,7 @@ class ContentPolicy:
             remember(self._secret_named, key, secret)
         return secret
 
-    def is_secret_pair(self, item: object) -> TypeGuard[list[object] | tuple[object, ...]]:
+    def _is_secret_pair(self, item: object) -> TypeGuard[list[object] | tuple[object, ...]]:
         """Whether ``item`` (of a list) is a (name, value) pair whose name is a key's name that
         names a secret, and whose value is not empty."""
         if not isinstance(item, list | tuple) or len(item) != 2 or _is_empty(item[1]):
@@ -508,7 +508,7 @@ class _BoundedWalk:
                     self._cut = True
                     members.append(_MORE)
                     break
-                if room is not None and self._policy.is_secret_pair(member):
+                if room is not None and self._policy._is_secret_pair(member):
                     # becoming text, where the export layer sees no pair: masked here
                     members.append(
                         [self.convert(member[0], depth + 2, room), self._cut_to_room(REDACTED, room)]
