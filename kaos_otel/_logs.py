@@ -42,13 +42,6 @@ _STANDARD_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", Non
 """``logging.LogRecord`` fields that are not user ``extra=`` values."""
 
 
-def _is_plain(value: object) -> bool:
-    """Text, a boolean, a float or a 64-bit integer: an attribute value as it is."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return -(2**63) <= value < 2**63
-    return isinstance(value, str | bool | float)
-
-
 _SEVERITY_TEXT = {"WARNING": "WARN", "CRITICAL": "FATAL"}
 _emitting: ContextVar[bool] = ContextVar("kaos_otel_log_emitting", default=False)
 
@@ -148,7 +141,8 @@ class KaosLoggingHandler(logging.Handler):
 
     def _translate(self, record: logging.LogRecord, body: str) -> LogRecord:
         attributes: dict[str, AnyValue] = {
-            key: value if _is_plain(value) else to_log_value(value, self._policy)
+            # integers too: to_log_value keeps those OTLP carries (64 bits) and makes text of others
+            key: value if isinstance(value, str | bool | float) else to_log_value(value, self._policy)
             for key, value in vars(record).items()
             if key not in _STANDARD_RECORD_FIELDS
         }
