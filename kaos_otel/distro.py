@@ -39,6 +39,13 @@ from kaos_otel._internal_log import log_once
 from kaos_otel._manager import configure
 
 _LOGGING_INSTRUMENTOR = "opentelemetry.instrumentation.logging:LoggingInstrumentor"
+_NOT_FOLLOWED = {
+    "OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION": "kaos-otel's handler already exports Python logging (under "
+    "the content policy); a second handler would export every record twice",
+    "OTEL_PYTHON_LOG_CODE_ATTRIBUTES": "kaos-otel's handler records no code.* attributes",
+}
+"""opentelemetry-instrumentation-logging's variables for its handler, which kaos-otel's replaces,
+and why each set to ``true`` is not followed."""
 
 
 class KaosDistro(BaseDistro):  # type: ignore[misc]
@@ -53,19 +60,13 @@ class KaosDistro(BaseDistro):  # type: ignore[misc]
         """Load an ``opentelemetry_instrumentor`` entry point; the logging one without its handler."""
         if entry_point.value == _LOGGING_INSTRUMENTOR:
             kwargs["enable_log_auto_instrumentation"] = False  # see the module docstring
-            if os.environ.get("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "").strip().lower() == "true":
-                log_once(
-                    "distro-log-auto-instrumentation",
-                    "kaos-otel: OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION=true is not followed: kaos-otel's "
-                    "handler already exports Python logging (under the content policy); a second "
-                    "handler would export every record twice",
-                    level=logging.WARNING,
-                )
-            if os.environ.get("OTEL_PYTHON_LOG_CODE_ATTRIBUTES", "").strip().lower() == "true":
-                log_once(
-                    "distro-log-code-attributes",
-                    "kaos-otel: OTEL_PYTHON_LOG_CODE_ATTRIBUTES=true is not followed: kaos-otel's "
-                    "handler records no code.* attributes",
-                    level=logging.WARNING,
-                )
+            for name, why in _NOT_FOLLOWED.items():
+                if os.environ.get(name, "").strip().lower() == "true":
+                    log_once(
+                        f"distro-{name}",
+                        "kaos-otel: %s=true is not followed: %s",
+                        name,
+                        why,
+                        level=logging.WARNING,
+                    )
         super().load_instrumentor(entry_point, **kwargs)
