@@ -87,8 +87,9 @@ class AgentRun(SpanHandle):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._set_initial_fields()
-        # a run started inside this one is not the delegation's, whatever encloses this one
-        self._context = otel_context.set_value(_DELEGATION_KEY, None, self._context)
+        if otel_context.get_value(_DELEGATION_KEY, self._context) is not None:
+            # a run started inside this one is not the delegation's, whatever encloses this one
+            self._context = otel_context.set_value(_DELEGATION_KEY, None, self._context)
 
     def _set_initial_fields(self) -> None:
         self.agent_name = ""
