@@ -552,9 +552,13 @@ class SpanFactory:
 
 
 class SpanScope:
-    """What ``with otel.span(...)`` enters: the span begins on entering and ends on leaving."""
+    """What ``with otel.span(...)`` enters: the span begins on entering and ends on leaving.
 
-    __slots__ = ("_attributes", "_factory", "_handle", "_kind", "_links", "_name", "_parent")
+    A scope kept and entered again, nested or by several tasks or threads at once, begins a span
+    per entry; leaving ends the entry's own span: the one made current where the code leaving runs.
+    """
+
+    __slots__ = ("_attributes", "_entered", "_factory", "_kind", "_links", "_name", "_parent")
 
     def __init__(
         self,
@@ -571,23 +575,41 @@ class SpanScope:
         self._attributes = attributes
         self._links = links
         self._parent = parent
-        self._handle: SpanHandle = NOOP_HANDLE
+        self._entered: list[SpanHandle] = []
 
     def __enter__(self) -> SpanHandle:
-        if self._factory is not None:
-            self._handle = self._factory.begin(
-                self._name,
-                kind=self._kind,
-                attributes=self._attributes,
-                links=self._links,
-                parent=self._parent,
-            )
-        return self._handle
+        if self._factory is None:
+            return NOOP_HANDLE
+        handle = self._factory.begin(
+            self._name, kind=self._kind, attributes=self._attributes, links=self._links, parent=self._parent
+        )
+        self._entered.append(handle)
+        return handle
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._handle.__exit__(exc_type, exc, tb)
+        entered = self._entered
+        if len(entered) > 1:
+            handle = self._entered_here(entered)
+        elif entered:
+            handle = entered[0]
+        else:
+            return
+        try:
+            entered.remove(handle)
+        except ValueError:  # another thread's exit took it just now: not this entry's
+            return
+        handle.__exit__(exc_type, exc, tb)
+
+    @staticmethod
+    def _entered_here(entered: list[SpanHandle]) -> SpanHandle:
+        """The latest entry made current where the code leaving runs, else one already ended
+        (by its ``success``/``failure`` inside the block), else the latest."""
+        for handle in reversed(entered):
+            if handle._mark.runs_where_made_current():
+                return handle
+        return next((handle for handle in entered if handle.is_ended), entered[-1])
 
     async def __aenter__(self) -> SpanHandle:
         return self.__enter__()

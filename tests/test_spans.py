@@ -950,6 +950,38 @@ def test_a_with_span_begins_when_the_block_is_entered(
     assert received.start_time_unix_nano >= entered
 
 
+async def test_one_with_scope_entered_by_two_tasks_at_once_ends_each_entrys_own_span(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    fetch = otel.span("fetch")  # one scope, kept and entered by every task
+    first_in, second_in = asyncio.Event(), asyncio.Event()
+
+    async def first() -> tuple[str, str | None]:
+        async with fetch as span:
+            first_in.set()
+            await second_in.wait()  # the second task enters while this one is inside
+        return span_id(span), current_name()
+
+    async def second() -> tuple[str, str | None]:
+        await first_in.wait()
+        async with fetch as span:
+            second_in.set()
+            await asyncio.sleep(0.01)  # and leaves after the first one left
+        return span_id(span), current_name()
+
+    (first_id, after_first), (second_id, after_second) = await asyncio.gather(first(), second())
+    with fetch as outer, fetch as inner:  # and nested in one task
+        pass
+    assert (after_first, after_second) == (None, None)
+    by_name = collect(otel, otlp_receiver, 4)
+    ended = {span.span_id: span for span in by_name["fetch"]}
+    assert {first_id, second_id, span_id(outer), span_id(inner)} == set(ended)
+    assert ended[span_id(inner)].parent_span_id == span_id(outer)
+    # each span ended when its own entry left: the second one last
+    assert ended[first_id].end_time_unix_nano < ended[second_id].end_time_unix_nano
+
+
 def test_an_ended_span_is_freed_without_the_garbage_collector(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:
