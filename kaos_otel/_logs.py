@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -41,6 +41,9 @@ _STANDARD_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", Non
 }
 """``logging.LogRecord`` fields that are not user ``extra=`` values."""
 
+
+_STRUCTURED_MESSAGES = (Mapping, list, tuple, bytes, bool, int, float)
+"""Messages exported as they are when logged with no arguments (other objects become their text)."""
 
 _SEVERITY_TEXT = {"WARNING": "WARN", "CRITICAL": "FATAL"}
 _emitting: ContextVar[bool] = ContextVar("kaos_otel_log_emitting", default=False)
@@ -124,7 +127,7 @@ class KaosLoggingHandler(logging.Handler):
         if _emitting.get() or self._instrumentation_suppressed():
             return
         try:
-            body = self.format(record) if self.formatter else record.getMessage()
+            body = self._body(record)
         except Exception:
             # the app's own message does not format ("%d" % "x"): not exported; Python reports it
             # ("--- Logging error ---") wherever it prints the record: the app's handlers, or the
@@ -139,7 +142,16 @@ class KaosLoggingHandler(logging.Handler):
         finally:
             _emitting.reset(token)
 
-    def _translate(self, record: logging.LogRecord, body: str) -> LogRecord:
+    def _body(self, record: logging.LogRecord) -> AnyValue:
+        """The record's message; a value logged as the message with no arguments (structlog's event
+        dict, a list, a number) stays a structure or number, as OpenTelemetry's handler keeps it."""
+        if self.formatter:
+            return self.format(record)
+        if not record.args and isinstance(record.msg, _STRUCTURED_MESSAGES):
+            return to_log_value(record.msg, self._policy)
+        return record.getMessage()
+
+    def _translate(self, record: logging.LogRecord, body: AnyValue) -> LogRecord:
         attributes: dict[str, AnyValue] = {
             # integers too: to_log_value keeps those OTLP carries (64 bits) and makes text of others
             key: value if isinstance(value, str | bool | float) else to_log_value(value, self._policy)

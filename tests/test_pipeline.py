@@ -990,6 +990,31 @@ def test_extra_values_and_the_handler_level_from_the_environment(
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")], caplog.text
 
 
+def test_a_structure_logged_as_the_message_arrives_as_a_structured_body(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A mapping or sequence logged as the message, with no arguments (structlog's event dict
+    through ``ProcessorFormatter.wrap_for_formatter``), is the record's body as a structure, as
+    OpenTelemetry's own handler exports it; secrets in it are masked, other objects are text."""
+    otel = make_otel()
+    app = logging.getLogger("app")
+    key = "sk-" + "a" * 40
+    event = {"event": "order placed", "order": 7, "at": datetime.date(2026, 1, 2), "api_key": key}
+    app.warning(event)
+    app.warning(["step", 2])
+    app.warning(decimal.Decimal("9.99"))
+    app.warning("%(event)s", event)  # arguments: the message formatted, as always
+    assert otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 4, 10)
+    bodies = [record.body for record in otlp_receiver.logs()]
+    assert bodies == [
+        {"event": "order placed", "order": 7, "at": "2026-01-02", "api_key": "[REDACTED]"},
+        ("step", 2),
+        "9.99",
+        "order placed",
+    ]
+
+
 def test_a_warning_below_the_bridges_level_still_reaches_stderr() -> None:
     """With ``OTEL_PYTHON_LOG_HANDLER_LEVEL=error`` and no logging configured, a warning is not
     exported, and Python still prints it (its last resort), as without the bridge."""
