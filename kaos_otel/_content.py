@@ -316,10 +316,17 @@ def _qualified_name(exc_type: type[BaseException]) -> str:
     return name if module in ("builtins", "__main__") else f"{module}.{name}"
 
 
-def _stack_without_messages(exc: BaseException, seen: set[int] | None = None) -> str:
+_MAX_GROUP_WIDTH = 15
+_MAX_GROUP_DEPTH = 10
+"""How many members of an exception group, and how many groups deep, a stack trace shows: Python's
+own traceback limits (an ``asyncio.TaskGroup`` of 2,000 failed tasks is otherwise seconds of
+formatting on the request's thread)."""
+
+
+def _stack_without_messages(exc: BaseException, seen: set[int] | None = None, depth: int = 0) -> str:
     """The traceback as Python prints it, chained causes and the members of exception groups
-    included, with every exception's message left out (a message may be content): frames and
-    types only."""
+    included (within Python's limits: 15 members, 10 groups deep), with every exception's message
+    left out (a message may be content): frames and types only."""
     blocks: list[str] = []  # from ``exc`` back to the first cause, reversed below
     current: BaseException | None = exc
     seen = set() if seen is None else seen
@@ -329,11 +336,7 @@ def _stack_without_messages(exc: BaseException, seen: set[int] | None = None) ->
         header = "Traceback (most recent call last):\n" if frames else ""
         block = header + frames + _qualified_name(type(current)) + "\n"
         if isinstance(current, BaseExceptionGroup):  # an asyncio.TaskGroup's failures, say
-            for number, member in enumerate(current.exceptions, 1):
-                if id(member) not in seen:
-                    member_stack = _stack_without_messages(member, seen)
-                    block += f"+---------------- {number} ----------------\n"
-                    block += "".join(f"| {line}" for line in member_stack.splitlines(keepends=True))
+            block += _group_members(current, seen, depth + 1)
         blocks.append(block)
         if current.__cause__ is not None:
             blocks.append(_DIRECT_CAUSE)
@@ -346,6 +349,21 @@ def _stack_without_messages(exc: BaseException, seen: set[int] | None = None) ->
     if blocks and blocks[-1] in (_DIRECT_CAUSE, _DURING_HANDLING):  # a cycle ended the walk
         blocks.pop()
     return "".join(reversed(blocks))
+
+
+def _group_members(group: BaseExceptionGroup[BaseException], seen: set[int], depth: int) -> str:
+    """The members' stack traces, as :func:`_stack_without_messages` shows them inside ``group``."""
+    if depth > _MAX_GROUP_DEPTH:
+        return f"+---------------- ... ----------------\n| ... (max_group_depth is {_MAX_GROUP_DEPTH})\n"
+    text = ""
+    for number, member in enumerate(group.exceptions[:_MAX_GROUP_WIDTH], 1):
+        if id(member) not in seen:
+            member_stack = _stack_without_messages(member, seen, depth)
+            text += f"+---------------- {number} ----------------\n"
+            text += "".join(f"| {line}" for line in member_stack.splitlines(keepends=True))
+    if (more := len(group.exceptions) - _MAX_GROUP_WIDTH) > 0:
+        text += f"+---------------- ... ----------------\n| and {more} more exceptions\n"
+    return text
 
 
 def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:

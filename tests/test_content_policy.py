@@ -162,6 +162,22 @@ def test_without_capture_an_exception_group_keeps_its_members_but_no_message() -
     assert stack.splitlines()[-1].startswith("|")  # the members follow the group, as Python prints
 
 
+def test_without_capture_an_exception_groups_stack_keeps_pythons_limits() -> None:
+    """At most 15 members of a group and 10 groups deep are shown, as Python's own traceback
+    shows them: 2,000 failed tasks of one group are not each formatted on the request's thread."""
+    wide = ExceptionGroup("wide", [ValueError(marker("member")) for _ in range(2000)])
+    deep: BaseException = ValueError("innermost")
+    for _ in range(300):
+        deep = ExceptionGroup("deep", [deep])
+    policy = ContentPolicy()
+    wide_stack = policy.exception_attributes(wide)["exception.stacktrace"]
+    deep_stack = policy.exception_attributes(deep)["exception.stacktrace"]
+    assert isinstance(wide_stack, str) and isinstance(deep_stack, str)
+    assert wide_stack.count("ValueError") == 15 and "| and 1985 more exceptions" in wide_stack
+    assert deep_stack.count("ExceptionGroup") == 11 and "max_group_depth is 10" in deep_stack
+    assert "ValueError" not in deep_stack
+
+
 @pytest.mark.parametrize("how", ["env", "env-true", "flag"])
 def test_content_is_present_when_opted_in(make_otel: MakeOtel, otlp_receiver: OtlpReceiver, how: str) -> None:
     logging.getLogger(LOGGER).setLevel(logging.INFO)
