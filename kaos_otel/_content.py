@@ -54,6 +54,13 @@ _NAME_LIKE = re.compile(r"[\w.-]{1,64}")
 REDACTION_MARGIN = 256
 """Characters past the size cap still scanned, so that a secret the cap cuts through is masked."""
 
+
+def sdk_value_limit(cap: int) -> int:
+    """The SDK's attribute value limit where no variable sets one: past the cap by the redaction
+    margin and one more character, so that the export layer still sees a secret the cap cuts
+    through (the SDK cuts without masking), and knows a value of that length was cut."""
+    return cap + REDACTION_MARGIN + 1
+
 _Key = TypeVar("_Key")
 _Value = TypeVar("_Value")
 
@@ -162,7 +169,7 @@ class ContentPolicy:
         if isinstance(value, str):
             if value and self.is_secret_named(key):
                 return REDACTED
-            return self.clean_text(value, self.max_value_length)
+            return self._clean_value_text(value)
         if isinstance(value, int | float):  # before the slower abstract checks below; bools too
             if isinstance(value, bool) or not self.is_secret_named(key):
                 return value
@@ -170,7 +177,7 @@ class ContentPolicy:
         if isinstance(value, Sequence) and value and isinstance(value[0], str):
             if self.is_secret_named(key):  # e.g. http.request.header.authorization
                 return tuple(REDACTED for _ in value)
-            return tuple(self.clean_text(str(item), self.max_value_length) for item in value)
+            return tuple(self._clean_value_text(str(item)) for item in value)
         if isinstance(value, bytes):
             return self._clean_bytes(key, value)
         if isinstance(value, Sequence | Mapping) and value and self.is_secret_named(key):
@@ -178,6 +185,13 @@ class ContentPolicy:
         if isinstance(value, Sequence) and all(isinstance(item, int | float) for item in value):
             return value  # numbers only
         return self._clean_structured(key, value, 0)  # type: ignore[return-value]
+
+    def _clean_value_text(self, text: str) -> str:
+        """A text attribute value cleaned and capped; one the SDK cut (at :func:`sdk_value_limit`)
+        ends in a marker that does not claim to know how much was cut."""
+        limit = self.max_value_length
+        cut_by_sdk = len(text) == sdk_value_limit(limit)
+        return self.clean_text(text, limit, _CUT_SHORT if cut_by_sdk else None)
 
     def _clean_bytes(self, key: str, value: bytes) -> AttributeValue:
         """Bytes as they are, unless secret-named or holding text with a secret (then that text,

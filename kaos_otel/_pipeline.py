@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
 from kaos_otel._config import OtlpProtocol, TelemetrySettings
-from kaos_otel._content import ContentPolicy
+from kaos_otel._content import ContentPolicy, sdk_value_limit
 from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._logs import KaosLoggingHandler, bridge_level_from_env, keep_on_root, release_bridges_to
 from kaos_otel._metrics import CatalogMeterProvider, metric_views
@@ -62,10 +62,11 @@ def build_resource(settings: TelemetrySettings, policy: ContentPolicy) -> Resour
 
 
 def span_limits(settings: TelemetrySettings) -> SpanLimits:
-    """The SDK's limits as it reads them, with kaos-otel's value cap when no variable sets one."""
+    """The SDK's limits as it reads them; when no variable sets a value limit, one just past
+    kaos-otel's cap (the export layer then cuts at the cap, masking a secret the cut goes through)."""
     if settings.attribute_limit_from_environment:
         return SpanLimits()
-    return SpanLimits(max_attribute_length=settings.attribute_value_length_limit)
+    return SpanLimits(max_attribute_length=sdk_value_limit(settings.attribute_value_length_limit))
 
 
 def run_with_deadline(actions: Sequence[Callable[[], object]], timeout_s: float, what: str) -> bool:

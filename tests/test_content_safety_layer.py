@@ -234,6 +234,25 @@ def test_a_value_the_cap_cuts_is_cleaned_before_the_cut(
     assert "hunter2" not in exported and "postgres://" in exported
 
 
+def test_a_value_set_on_the_sdk_span_is_cut_by_the_layer_not_before_it(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A value set through the OpenTelemetry span itself (the app's own code, another
+    instrumentation) is cut by the SDK, which masks nothing, just past the cap: the layer still
+    sees a token the cap cuts through, and masks it whole."""
+    token = "ghp_" + "k7Qx2" * 6 + "AbCdEf"
+    otel = make_otel()
+    cap = otel.content_policy.max_value_length
+    value = " " * (cap - 20) + token + " and the rest of a long request body" * 400
+    with otel.span("request") as span:
+        span.span.set_attribute("http.request.body.text", value)
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) == 1, 10)
+    exported = otlp_receiver.spans()[0].attributes["http.request.body.text"]
+    assert isinstance(exported, str) and len(exported) <= cap
+    assert token[:20] not in exported and exported.endswith("...[truncated]")
+
+
 def test_a_json_password_holding_an_escaped_quote_is_masked_whole() -> None:
     """The collector's RE2 patterns cannot follow JSON escapes this far: the SDK's layer does."""
     text = json.dumps({"username": "bob", "password": 'ab"cd-SuperSecret99'})
