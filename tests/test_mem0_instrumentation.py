@@ -459,6 +459,16 @@ def test_an_unknown_instrument_argument_is_said(
     assert any("unknown arguments ignored: telemetri" in message for message in said), said
 
 
+def test_capture_content_beside_telemetry_is_said_to_be_ignored(
+    instrumentor: Mem0Instrumentor, otel: KaosOtelManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The telemetry's own content policy applies: an opt-out given beside it is not followed
+    silently."""
+    instrumentor.instrument(telemetry=otel, capture_content=False, skip_dep_check=True)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("capture_content is ignored with telemetry=" in message for message in said), said
+
+
 def test_instrument_twice_does_not_double_spans(
     otel: KaosOtelManager,
     instrumentor: Mem0Instrumentor,
@@ -572,6 +582,31 @@ def test_broken_telemetry_never_breaks_mem0(
     broken = BrokenTelemetry(otel.tracer_provider.get_tracer("t"), otel.metrics, otel.content_policy)
     instrumentor.instrument(telemetry=broken)
     memory = make_memory("sync", model_server, tmp_path)
+    added = memory.add("Alice likes blue", user_id="alice", infer=False)
+    assert memory.get(added["results"][0]["id"])["memory"] == "Alice likes blue"
+    memory.close()
+
+
+def test_a_component_that_cannot_be_described_runs_untraced(
+    otel: KaosOtelManager,
+    instrumentor: Mem0Instrumentor,
+    model_server: ScriptedModelServer,
+    tmp_path: Path,
+) -> None:
+    """An embedder of the app's own whose ``config`` raises: the call runs, without a child span."""
+    instrumentor.instrument(telemetry=otel, child_spans=True)
+    memory = make_memory("sync", model_server, tmp_path)
+    embedder = memory.embedding_model
+
+    class UndescribableEmbedder:
+        @property
+        def config(self) -> Any:
+            raise KeyError("model")
+
+        def embed(self, text: str, memory_action: str | None = None) -> Any:
+            return embedder.embed(text, memory_action)
+
+    memory.embedding_model = UndescribableEmbedder()
     added = memory.add("Alice likes blue", user_id="alice", infer=False)
     assert memory.get(added["results"][0]["id"])["memory"] == "Alice likes blue"
     memory.close()

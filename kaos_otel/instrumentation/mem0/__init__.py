@@ -136,6 +136,12 @@ class Mem0Instrumentor(BaseInstrumentor):  # type: ignore[misc]
         unknown = sorted(set(kwargs) - _BASE_INSTRUMENTOR_ARGUMENTS)
         if unknown:
             _log.warning("Mem0Instrumentor.instrument(): unknown arguments ignored: %s", ", ".join(unknown))
+        if telemetry is not None and capture_content is not None:
+            _log.warning(
+                "Mem0Instrumentor.instrument(): capture_content is ignored with telemetry=: the "
+                "content policy of the telemetry given applies (create its manager with "
+                "capture_content instead)"
+            )
         super().instrument(
             telemetry=telemetry,
             tracer_provider=tracer_provider,

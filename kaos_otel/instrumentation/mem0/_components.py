@@ -21,6 +21,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind
 
 from kaos_otel import catalog
+from kaos_otel._internal_log import internal_error
 from kaos_otel._telemetry import AgentTelemetry
 
 IN_OPERATION: contextvars.ContextVar[bool] = contextvars.ContextVar("kaos_otel_mem0_operation", default=False)
@@ -85,7 +86,11 @@ class TracedComponent(wrapt.ObjectProxy):  # type: ignore[type-arg]
         def traced(*args: Any, **kwargs: Any) -> Any:
             if not IN_OPERATION.get() or not is_instrumentation_enabled():
                 return method(*args, **kwargs)
-            span_name, attributes = self._self_describe(name)
+            try:
+                span_name, attributes = self._self_describe(name)
+            except Exception as exc:  # a component of the app's own whose attributes raise
+                internal_error("describing a Mem0 component call", exc)
+                return method(*args, **kwargs)
             with self._self_telemetry.span(span_name, SpanKind.CLIENT, attributes):
                 return method(*args, **kwargs)
 
