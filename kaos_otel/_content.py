@@ -415,8 +415,9 @@ def to_log_value(value: object, policy: ContentPolicy) -> AnyValue:
     """A structured value for a log record (OTLP ``AnyValue``): mappings and sequences stay
     structures, strings and bytes are capped as attribute values are, integers beyond 64 bits and
     other objects become text. A structure deeper or longer than the cleaning layer walks becomes
-    capped JSON text. At most 10,000 values are kept (the rest is ``"..."``), a structure within
-    itself is ``"<cycle>"``. Secrets are masked on export, as in any log record."""
+    capped JSON text. At most 10,000 values, and keys and strings of the cap's length in all, are
+    kept (the rest is ``"..."``), a structure within itself is ``"<cycle>"``. Secrets are masked
+    on export, as in any log record."""
     return _BoundedWalk(policy).convert(value, 0, None)
 
 
@@ -444,13 +445,16 @@ _CUT_SHORT = "...[truncated]"
 class _BoundedWalk:
     """One walk over a value that stops where its result stops being kept: after
     :data:`_MAX_WALKED_VALUES` values, after :data:`_MAX_SCANS` strings cut (each cut is scanned
-    for secrets) and, for a structure becoming JSON text, once the text would pass the cap."""
+    for secrets), and once its text would pass the cap: for a structure becoming JSON text, its
+    text; for one staying a structure, its keys and strings (the string that reaches the cap is
+    cut there)."""
 
-    __slots__ = ("_budget", "_cut", "_limit", "_on_path", "_policy", "_scans")
+    __slots__ = ("_budget", "_characters", "_cut", "_limit", "_on_path", "_policy", "_scans")
 
     def __init__(self, policy: ContentPolicy) -> None:
         self._policy = policy
         self._limit = policy.max_value_length
+        self._characters = self._limit  # of a structure staying one
         self._budget = _MAX_WALKED_VALUES
         self._scans = _MAX_SCANS
         self._on_path: set[int] = set()
@@ -495,9 +499,11 @@ class _BoundedWalk:
                 return item
         if isinstance(item, str | bytes) or not isinstance(item, _WALKED) or _made_text(item, self._limit):
             if room is None:
-                if isinstance(item, bytes) and len(item) <= self._limit:
+                cap = min(self._limit, self._characters)  # what the structure may still take
+                if isinstance(item, bytes) and len(item) <= cap:
+                    self._characters -= len(item)
                     return item
-                return self._cleaned(_text_of(item, self._limit), self._limit, None)
+                return self._counted(self._cleaned(_text_of(item, self._limit), cap, None))
             return self._cut_to_room(_text_of(item, min(self._limit, room[0])), room)
         if id(item) in self._on_path:
             return "<cycle>"
@@ -507,7 +513,7 @@ class _BoundedWalk:
             except Exception:  # a __len__ that raises
                 return f"<unreadable {type(item).__name__}>"
             if flatten:
-                return self.json_text(item, depth)  # what the cleaning layer would not walk
+                return self._counted(self.json_text(item, depth))  # what the cleaning layer would not walk
         self._on_path.add(id(item))
         try:
             if isinstance(item, Mapping):
@@ -524,7 +530,7 @@ class _BoundedWalk:
                         _name_of_key(key) if isinstance(key, tuple) else full
                     )
                     if room is None:
-                        name = self._cleaned(full, self._limit, "")
+                        name = self._counted(self._cleaned(full, self._limit, ""))
                         mapping[name] = REDACTED if secret else self.convert(member, depth + 1, room)
                     else:
                         name = self._cut_to_room(full, room)
@@ -582,8 +588,13 @@ class _BoundedWalk:
         if room is not None:
             room[0] -= characters
 
+    def _counted(self, text: str) -> str:
+        """``text``, counted against the characters a structure staying one may take."""
+        self._characters -= len(text)
+        return text
+
     def _spent(self, room: list[int] | None) -> bool:
-        return self._budget < 0 or (room is not None and room[0] <= 0)
+        return self._budget < 0 or (self._characters <= 0 if room is None else room[0] <= 0)
 
 
 _TEXT_COLLECTIONS = (Set, deque, ValuesView)

@@ -551,11 +551,18 @@ class SpanFactory:
         return wrapper
 
 
+_SCOPE_ENTERED: contextvars.ContextVar[None] = contextvars.ContextVar("kaos_otel_scope_entered", default=None)
+"""Set on entering a :class:`SpanScope`: the token tells the execution context of the entry."""
+
+_SCOPE_EXIT_LOCK = threading.Lock()
+
+
 class SpanScope:
     """What ``with otel.span(...)`` enters: the span begins on entering and ends on leaving.
 
     A scope kept and entered again, nested or by several tasks or threads at once, begins a span
-    per entry; leaving ends the entry's own span: the one made current where the code leaving runs.
+    per entry, and leaving ends the latest entry made in the execution context that leaves; left
+    from a context no entry was made in (a generator closed by another task), the oldest entry.
     """
 
     __slots__ = ("_attributes", "_entered", "_factory", "_kind", "_links", "_name", "_parent")
@@ -575,7 +582,7 @@ class SpanScope:
         self._attributes = attributes
         self._links = links
         self._parent = parent
-        self._entered: list[SpanHandle] = []
+        self._entered: list[tuple[SpanHandle, contextvars.Token[None]]] = []
 
     def __enter__(self) -> SpanHandle:
         if self._factory is None:
@@ -583,33 +590,29 @@ class SpanScope:
         handle = self._factory.begin(
             self._name, kind=self._kind, attributes=self._attributes, links=self._links, parent=self._parent
         )
-        self._entered.append(handle)
+        self._entered.append((handle, _SCOPE_ENTERED.set(None)))
         return handle
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        entered = self._entered
-        if len(entered) > 1:
-            handle = self._entered_here(entered)
-        elif entered:
-            handle = entered[0]
-        else:
-            return
-        try:
-            entered.remove(handle)
-        except ValueError:  # another thread's exit took it just now: not this entry's
-            return
-        handle.__exit__(exc_type, exc, tb)
+        with _SCOPE_EXIT_LOCK:
+            entered = self._entered
+            if not entered:
+                return
+            entry = entered.pop() if len(entered) == 1 else entered.pop(self._entered_here(entered))
+        entry[0].__exit__(exc_type, exc, tb)
 
     @staticmethod
-    def _entered_here(entered: list[SpanHandle]) -> SpanHandle:
-        """The latest entry made current where the code leaving runs, else one already ended
-        (by its ``success``/``failure`` inside the block), else the latest."""
-        for handle in reversed(entered):
-            if handle._mark.runs_where_made_current():
-                return handle
-        return next((handle for handle in entered if handle.is_ended), entered[-1])
+    def _entered_here(entered: list[tuple[SpanHandle, contextvars.Token[None]]]) -> int:
+        """The index of the latest entry made in the execution context running now, else 0."""
+        for index in range(len(entered) - 1, -1, -1):
+            try:
+                _SCOPE_ENTERED.reset(entered[index][1])  # ValueError in any other context
+            except ValueError:
+                continue
+            return index
+        return 0
 
     async def __aenter__(self) -> SpanHandle:
         return self.__enter__()

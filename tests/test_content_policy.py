@@ -166,7 +166,7 @@ def test_without_capture_an_exception_groups_stack_keeps_pythons_limits() -> Non
     """At most 15 members of a group and 10 groups deep are shown, as Python's own traceback
     shows them: 2,000 failed tasks of one group are not each formatted on the request's thread."""
     wide = ExceptionGroup("wide", [ValueError(marker("member")) for _ in range(2000)])
-    deep: BaseException = ValueError("innermost")
+    deep: Exception = ValueError("innermost")
     for _ in range(300):
         deep = ExceptionGroup("deep", [deep])
     policy = ContentPolicy()
@@ -566,8 +566,11 @@ def test_log_values_mask_by_whole_key_names_clean_long_bytes_and_scan_few_string
         return default_redactor(text)
 
     short_cap = ContentPolicy(max_value_length=16)
-    masked = to_log_value({"database_password": "hunter2", b"api_key": "k-9f8e7d"}, short_cap)
-    assert isinstance(masked, dict) and set(masked.values()) == {"[REDACTED]"}, masked  # cut names too
+    for pair in ({"database_password": "hunter2"}, {b"api_key": "k-9f8e7d"}):
+        masked = to_log_value(pair, short_cap)
+        assert isinstance(masked, dict) and set(masked.values()) == {"[REDACTED]"}, masked  # cut names too
+    kept = to_log_value({"first": "a" * 10, "second": "b" * 10, "third": "c"}, short_cap)
+    assert kept == {"first": "a" * 10, "second": "...", "...": "..."}, kept  # the cap's length in all
     token = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
     policy = ContentPolicy(redactor=counting_redactor)
     blob = to_log_value(("x" * (policy.max_value_length - 30) + " " + token + " tail").encode(), policy)

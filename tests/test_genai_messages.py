@@ -325,18 +325,21 @@ def test_event_values_are_bounded_as_attribute_values_are() -> None:
     for _ in range(6):  # the list at depth 8: past what the cleaning layer walks
         deep = {"deeper": deep}
     shared = [[[1] * 100] * 100] * 100  # the same lists again and again: a million values
-    value = to_log_value(
-        {
-            "text": "x" * 5000,
-            "big": 2**70,
-            "many": [1] * 300 + [2**70],
-            "cyclic": cyclic,
-            "obj": _SdkMessage(),
-            "deep": deep,
-        },
-        policy,
-    )
-    assert isinstance(value, dict)
+    entries = {
+        "text": "x" * 5000,
+        "big": 2**70,
+        "many": [1] * 300 + [2**70],
+        "cyclic": cyclic,
+        "obj": _SdkMessage(),
+        "deep": deep,
+    }
+    whole = to_log_value(entries, policy)  # keys and strings of the cap's length in all
+    assert isinstance(whole, dict) and len(str(whole)) < 300 and whole["text"].endswith("chars]")
+    value: dict[str, Any] = {}
+    for key, entry in entries.items():
+        one = to_log_value({key: entry}, policy)
+        assert isinstance(one, dict)
+        value.update(one)
     assert len(value["text"]) < 200 and value["big"] == str(2**70)
     assert isinstance(value["many"], str) and len(value["many"]) < 200  # beyond 256 items: capped JSON text
     assert isinstance(value["cyclic"], dict) and isinstance(value["obj"], str)

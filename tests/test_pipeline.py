@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import http.client
+import json
 import logging
 import logging.config
 import os
@@ -1013,6 +1014,25 @@ def test_a_structure_logged_as_the_message_arrives_as_a_structured_body(
         "9.99",
         "order placed",
     ]
+
+
+def test_a_large_structure_logged_as_the_message_is_capped_and_its_batch_arrives(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A structured body takes no more text than a text body may: three event dicts holding a
+    conversation of 200 long messages each do not make a request the receiver refuses (4 MiB),
+    which would lose the small record sent with them."""
+    otel = make_otel()
+    app = logging.getLogger("app")
+    for _ in range(3):
+        app.warning({"event": "conversation", "messages": ["m" * 8000] * 200})
+    app.warning("the small one")
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(r.logs()) >= 4, 10)
+    bodies = [record.body for record in otlp_receiver.logs()]
+    cap = otel.content_policy.max_value_length
+    assert bodies[-1] == "the small one"
+    assert all(isinstance(body, dict) and len(json.dumps(body)) < cap + 256 for body in bodies[:3])
 
 
 def test_a_warning_below_the_bridges_level_still_reaches_stderr() -> None:

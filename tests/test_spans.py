@@ -971,15 +971,30 @@ async def test_one_with_scope_entered_by_two_tasks_at_once_ends_each_entrys_own_
         return span_id(span), current_name()
 
     (first_id, after_first), (second_id, after_second) = await asyncio.gather(first(), second())
-    with fetch as outer, fetch as inner:  # and nested in one task
-        pass
+    with fetch as outer:  # and nested in one task, the inner span ended by hand
+        with fetch as inner:
+            inner.success()
+        assert current_name() == "fetch" and not outer.is_ended
     assert (after_first, after_second) == (None, None)
-    by_name = collect(otel, otlp_receiver, 4)
+
+    def in_a_thread() -> None:
+        for _ in range(200):
+            with fetch as span:
+                span.success()
+
+    threads = [threading.Thread(target=in_a_thread) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert fetch._entered == []  # every entry left: none held
+    by_name = collect(otel, otlp_receiver, 4 + 800)
     ended = {span.span_id: span for span in by_name["fetch"]}
-    assert {first_id, second_id, span_id(outer), span_id(inner)} == set(ended)
+    assert {first_id, second_id, span_id(outer), span_id(inner)} <= set(ended)
     assert ended[span_id(inner)].parent_span_id == span_id(outer)
-    # each span ended when its own entry left: the second one last
+    # each span ended when its own entry left: the second one last, the outer after the inner
     assert ended[first_id].end_time_unix_nano < ended[second_id].end_time_unix_nano
+    assert ended[span_id(inner)].end_time_unix_nano < ended[span_id(outer)].end_time_unix_nano
 
 
 def test_an_ended_span_is_freed_without_the_garbage_collector(
