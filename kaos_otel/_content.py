@@ -34,6 +34,7 @@ from kaos_otel._secrets import (
     default_redactor,
     key_names_a_secret,
     names_a_secret,
+    secret_arguments,
 )
 
 __all__ = ["REDACTED", "ContentPolicy", "Redactor", "default_redactor"]
@@ -177,7 +178,7 @@ class ContentPolicy:
         if isinstance(value, Sequence) and value and isinstance(value[0], str):
             if self.is_secret_named(key):  # e.g. http.request.header.authorization
                 return tuple(REDACTED for _ in value)
-            return tuple(self._clean_value_text(str(item)) for item in value)
+            return _masked_arguments(value, [self._clean_value_text(str(item)) for item in value])
         if isinstance(value, bytes):
             return self._clean_bytes(key, value)
         if isinstance(value, Sequence | Mapping) and value and self.is_secret_named(key):
@@ -287,7 +288,7 @@ class ContentPolicy:
         if isinstance(value, str):
             return REDACTED if value and self.is_secret_named(key) else self.redactor(value)
         if isinstance(value, Sequence) and value and isinstance(value[0], str):  # process.command_args
-            return tuple(self.redactor(str(item)) for item in value)
+            return _masked_arguments(value, [self.redactor(str(item)) for item in value])
         return value
 
     def _clean_key(self, key: str) -> str:
@@ -310,6 +311,16 @@ class ContentPolicy:
             "exception.message": self.bound_size(message, self.max_value_length),
             "exception.stacktrace": self.bound_size(stack, self.max_value_length),
         }  # no exception.escaped: deprecated by the conventions
+
+
+def _masked_arguments(arguments: Sequence[object], cleaned: list[str]) -> tuple[str, ...]:
+    """``cleaned`` (the strings of ``arguments``, cleaned one by one), with the arguments that
+    follow a flag naming a secret masked (``--password x``: the flag and its value are two)."""
+    strings = [argument for argument in arguments if isinstance(argument, str)]
+    if len(strings) == len(arguments) > 1:
+        for index in secret_arguments(strings):
+            cleaned[index] = REDACTED
+    return tuple(cleaned)
 
 
 def policy_from_env(capture_content: bool | str | None = None) -> ContentPolicy:

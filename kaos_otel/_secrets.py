@@ -8,7 +8,7 @@ run on the text and on its decoded views, and every match is masked in the origi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 REDACTED = "[REDACTED]"
 
@@ -29,7 +29,10 @@ _ABOUT_A_SECRET = frozenset({
     "created", "name", "names", "arn", "id", "ids", "count", "header", "type", "provider", "path",
     "file", "dir", "algorithm", "algo", "strength", "rule", "rules", "hint", "manager", "required",
     "enabled", "field", "format", "label", "prompt", "set", "store", "vault", "ref", "source",
-    "mode", "version", "scheme", "schema",
+    "mode", "version", "versions", "scheme", "schema", "attempt", "attempts", "failure",
+    "failures", "failed", "error", "errors", "retry", "retries", "rotations", "check", "checks",
+    "checked", "request", "requests", "reset", "resets", "detected", "found", "seen", "valid",
+    "invalid", "verified", "counts", "total",
 })
 # fmt: on
 """Words of a secret-naming key's suffix that say its value is about a secret, not the secret:
@@ -43,8 +46,8 @@ _SUFFIX_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 
 
 _SECRET_NAMES = (
-    r"password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|private[_-]?key|access[_-]?key|"
-    r"account[_-]?key|credential"
+    r"password|passwd|passphrase|pwd|secret[ ]key|secret|api[_ -]?key|apikey|private[_ -]?key|"
+    r"access[_ -]?key|account[_-]?key|credential"
 )
 """The names a key holds when its value is a secret (and ``token``, which key=value pairs read
 apart: ``max_tokens`` is no secret), as regex alternatives for the patterns below."""
@@ -79,14 +82,20 @@ separator (``my_jwt_eyJ...``, ``Bearer-eyJ...``, within 64 characters). A scan s
 a run of token characters starts: from each "eyJ" of "eyJ_eyJ_..." it would rerun to the run's
 end."""
 
+_TELEGRAM_BOT_TOKEN = re.compile(
+    r"(?=[0-9])(?<![A-Za-z0-9:])[0-9]{8,10}:A[A-Za-z0-9_-]{34}(?![A-Za-z0-9_-])"
+)
+"""Telegram bot tokens on their own (a webhook path of the app's own): the bot's id, a colon and
+35 characters starting with "A"."""
+
 SECRET_KEY_NAME = re.compile(
-    r"(?i)(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|"
+    r"(?i)(?:password|passwd|passphrase|(?<![a-z])pass|secret|token|api[_-]?key|apikey|private[_-]?key|"
     r"access[_-]?key|account[_-]?key|authorization|credentials?|cookie|subscription[_-]?key|"
     r"ingestion[_-]?key|honeycomb[_-]?team)$"
 )
 """Attribute keys and header names whose whole value is a secret: the key ends in such a name
-(``db.password``, ``auth_token``, ``accessKey``; not ``gen_ai.token.type``, ``max_tokens``,
-``password_min_length``)."""
+(``db.password``, ``auth_token``, ``accessKey``, ``DB_PASS``; not ``gen_ai.token.type``,
+``max_tokens``, ``password_min_length``, ``bypass``)."""
 
 _SECRET_KEY_IN_TEXT = (
     r"(?:(?:" + _SECRET_NAMES + r")s?"
@@ -118,7 +127,7 @@ _KEY_LAST_NAMES = re.compile(r"([A-Za-z0-9_.-]{1,64})\]?\Z")
 characters."""
 
 _SECRET_KEY_ENDING = re.compile(
-    r"(?i)(?:(?:" + _SECRET_NAMES + r")s?|token)"
+    r"(?i)(?:(?:" + _SECRET_NAMES + r")s?|token|(?<![a-z])pass)"
     # each word atomic, the longer spelling first: a run of digits or letters is read one way only
     r"(?:[_.-]?(?>key|base64|base|value|v?[0-9]+|string|str|b64|hex|pem|der|new|old|current|prod"
     r"|live|admin|encoded|enc|data|raw|text|contents?|hash|digest|salt|confirmation|confirm))*\Z"
@@ -142,6 +151,22 @@ def key_names_a_secret(key: str) -> bool:
         and last.group(1).rpartition(".")[2] not in _SHELL_DIRECTORIES
         and _SECRET_KEY_ENDING.search(last.group(1)) is not None
     )
+
+
+_SECRET_FLAG = re.compile(
+    r"(?i)--?(?:[a-z0-9]+[_-]){0,8}(?:password|passwd|passphrase|pass|pwd|token|secret|api[_-]?key|apikey"
+    r"|access[_-]?key|credentials?)\Z"
+)
+"""A command-line flag whose value is the next argument and a secret (``--password``,
+``--api-key``, ``--client-secret``; not ``--max-tokens``, ``--password-file``)."""
+
+
+def secret_arguments(arguments: Sequence[str]) -> Iterator[int]:
+    """The indexes of the arguments of a command line that follow a flag naming a secret:
+    ``process.command_args`` of ``("pg_dump", "--password", "x")`` holds one, at 2."""
+    for index, argument in enumerate(arguments[:-1]):
+        if argument[:1] == "-" and len(argument) <= 64 and _SECRET_FLAG.match(argument):
+            yield index + 1
 
 
 DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
@@ -176,11 +201,18 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"(?:hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/"
         r"|\.webhook\.office\.com/webhookb2/|api\.telegram\.org/bot)(?P<value>[A-Za-z0-9/_:@.-]{10,})"
     ),
+    _TELEGRAM_BOT_TOKEN,
     # signed URLs: S3 (SigV4, SigV2), CloudFront, GCS, Azure SAS; the signature's value, which
     # holds a digit ("signature=inspect.signature(fn)" is code)
     re.compile(
         r"[Ss](?:ignature|IGNATURE|ig|IG)="  # X-Amz-Signature, X-Goog-Signature too
         r"(?P<value>(?=[A-Za-z0-9+/_~.%-]{0,64}[0-9])[A-Za-z0-9+/_~.%-]{16,}={0,2})"
+    ),
+    # a URL's query parameter named for a credential with no name of a secret in it (?key=,
+    # ?appid=, Firebase's ?auth=, ?pass=): a value of 8 characters or more holding a digit
+    re.compile(
+        r"[?&](?i:key|appid|app_id|auth|pass)="
+        r"(?P<value>(?=[^&#\s\"']{0,64}[0-9])[^&#\s\"']{8,})"
     ),
     # credentials given on a command line or in a .netrc: "--password x", "login u password x"
     re.compile(r"--(?:password|passwd|token|api-key|apikey|secret|client-secret)[ \t]+(?P<value>[^\s-]\S*)"),
@@ -222,7 +254,10 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # user:password@ in URLs (the whole user info is masked): the password runs to the last @
     # within 256 characters (a bound: the scan stays linear) and may hold / + @ ' (a port followed
     # by a path is not a password)
-    re.compile(r"://(?P<value>[^/\s:@?#]*:(?![0-9]+(?:[/?#\s]|$))[^\s?#\"\\]{0,256})(?=@)"),
+    # (or to the first @, holding ? and # but no /: a password SQLAlchemy reads unescaped)
+    re.compile(
+        r"://(?P<value>[^/\s:@?#]*:(?![0-9]+(?:[/?#\s]|$))(?:[^\s?#\"\\]{0,256}|[^\s@/\"\\]{0,256}))(?=@)"
+    ),
     # Authorization / Cookie / Set-Cookie / API-key header values: the rest of the header line
     # (also in a (name, value) pair)
     re.compile(
@@ -252,19 +287,30 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # The value is on the key's line. A quoted one is masked inside its quotes (JSON stays JSON),
     # may hold escapes (\") and ends at a quote that ends a word (in a JSON-decoded view a value
     # ending in a backslash must not run on); a braced one ending a field is an ODBC value
-    # (Pwd={a;b};); any other is not a structure ({, [, () and is masked with a label it may start
-    # with ("credentials: password: ...", "passwords: wifi: ...")
+    # (Pwd={a;b};); any other is not a structure ({, [, () nor a placeholder (None, null, %s, $1,
+    # ?), is masked with a label it may start with ("credentials: password: ...", "passwords:
+    # wifi: ...") and runs on past , ; & ) ] } that a character of the value follows, unless
+    # that starts the next pair ("Tr0ub4dor&3" whole; "x" of "password=x&user=y")
     re.compile(
         r"(?i)(?=[pasct])" + _SECRET_KEY_IN_TEXT + r"[\"']?[^\S\r\n]*[:=][^\S\r\n]*"
         r"(?P<quote>[\"'])?(?!\[REDACTED\])"
         r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)*"
         r"|(?:\{[^{}\r\n\"']{1,256}\}(?=;|$)"
-        r"|(?:[\w.-]+[^\S\r\n]*[:=][^\S\r\n]+)?[^\s,;&}\])\"'{\[(=][^\s,;&}\])\"']*)))"
+        r"|(?:[\w.-]+[^\S\r\n]*[:=][^\S\r\n]+)?"
+        r"(?!(?:none|null|nil|undefined|%s|\$[0-9]+|\?)(?![^\s,;&}\])\"']))"
+        r"[^\s,;&}\])\"'{\[(=](?:[^\s,;&}\])\"']|[,;&}\])](?=[^\s,;&}\])\"'])(?![\w.-]{1,64}[:=]))*)))"
         r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])./>?!|&<\"'\\]|$)|$))"
+    ),
+    # a secret said in words, as a memory or a message says it ("my password is Tr0ub4dor&3", "the
+    # user's API key is 9f8e..."): a value of 4 characters or more holding a digit
+    re.compile(
+        r"(?i)(?=[pasrb])\b(?:password|passphrase|passcode|api[ _-]?key|secret(?:[ _-]?key)?"
+        r"|(?:access|auth|bearer|refresh|api|bot)[ _-]?token)[^\S\r\n]+(?:is|was)[^\S\r\n]+[\"']?"
+        r"(?P<value>(?=[^\s\"'<>]{0,64}[0-9])[^\s\"'<>]{4,})"
     ),
 )
 
-_REQUIRED_TEXT = {_JWT: "eyJ"}
+_REQUIRED_TEXT = {_JWT: "eyJ", _TELEGRAM_BOT_TOKEN: ":A"}
 """Text every match of a pattern holds, for a pattern that may start at any word: a view without
 it is not scanned by that pattern."""
 
@@ -288,12 +334,14 @@ _QUICK_CHECK = re.compile(
     r"sk-|rk-|pk-|sk_|rk_|whsec_|aiza|gocspx-|gh[pousr]_|github_pat_|xox|xapp-|hf_|glpat-|gsk_|xai-|npm_|"
     r"ya29\.|sg\.[a-z0-9_-]{16}|hvs\.|pypi-|shp[acps][acst]_|lsv2_|tvly-|pplx-|r8_|dapi[0-9a-f]{32}|"
     r"sk[0-9a-f]{32}|age-secret|akia|asia|abia|acca|eyj|slack\.com|webhook|telegram|sig=|signature=|"
-    r"honeycomb|"
+    r"honeycomb|:a|appid|"
     r"private key|://|bearer|basic|pass|pwd|secret|token|key|auth|cookie|credential"
 )
 _JSON_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
 _JSON_SIMPLE = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}|\+")
+_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-9;]{0,32}[A-Za-z]")
+"""Terminal control sequences (colours): ``\\x1b[36m``."""
 _MAX_JSON_DEPTH = 3
 
 
@@ -305,6 +353,10 @@ def _json_unescape(escape: str) -> str:
 
 def _url_unescape(escape: str) -> str:
     return " " if escape == "+" else chr(int(escape[1:], 16))
+
+
+def _dropped(escape: str) -> str:
+    return ""
 
 
 class _View:
@@ -341,10 +393,12 @@ class _View:
             starts += plain_starts
             ends += plain_ends
             pieces.append(text[position : match.start()])
-            pieces.append(decode(match.group()))
-            first, last = self.original_span(match.start(), match.end())
-            starts.append(first)
-            ends.append(last)
+            replacement = decode(match.group())  # one character, or none
+            pieces.append(replacement)
+            if replacement:
+                first, last = self.original_span(match.start(), match.end())
+                starts.append(first)
+                ends.append(last)
             position = match.end()
         if not pieces:
             return None
@@ -356,7 +410,8 @@ class _View:
 
 
 def _views(text: str) -> Iterator[_View]:
-    """The text itself, its JSON-decoded forms (JSON in JSON too), then the last one URL-decoded."""
+    """The text itself, its JSON-decoded forms (JSON in JSON too), then the last one URL-decoded,
+    then that one without its terminal colour codes."""
     view = _View(text)
     yield view
     for _ in range(_MAX_JSON_DEPTH):
@@ -369,6 +424,11 @@ def _views(text: str) -> Iterator[_View]:
         yield view
     if "%" in view.text or "+" in view.text:
         decoded = view.decoded(_URL_ESCAPE, _url_unescape)
+        if decoded is not None:
+            view = decoded
+            yield view
+    if "\x1b" in view.text:  # a shell tool's coloured output, a coloured log line
+        decoded = view.decoded(_TERMINAL_ESCAPE, _dropped)
         if decoded is not None:
             yield decoded
 

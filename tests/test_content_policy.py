@@ -681,6 +681,8 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "private_key_pem",
         "pwd",
         "user[password]",
+        "DB_PASS",
+        "smtp.pass",
     ):
         assert policy.clean_attribute(key, "4f9a8b7c6d5e") == REDACTED, key  # the key's last name
     said_about_a_secret: dict[str, AnyValue] = {  # counts, dates, places: not the secret
@@ -694,6 +696,8 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "process.env.OLDPWD": "/home/app",
         "k8s.secret.uid": "3f1c",
         "tokens_used": 5,
+        "net.bypass": "proxy.local",
+        "pass_through": "yes",
     }
     assert policy.clean_attributes(said_about_a_secret) == said_about_a_secret
     conventions: dict[str, AnyValue] = {
@@ -702,6 +706,18 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "mcp.session.id": "s-1",
     }
     assert policy.clean_attributes(conventions) == conventions
+
+
+def test_the_argument_a_secret_naming_flag_precedes_is_masked() -> None:
+    """``process.command_args`` (the conventions' own attribute) holds a flag and its value as two
+    items: the value is masked, on a span and in the resource alike."""
+    policy = ContentPolicy()
+    args = ("pg_dump", "-h", "db", "--password", "Hunt3r2Secret", "--max-tokens", "100", "--api-key")
+    masked = ("pg_dump", "-h", "db", "--password", REDACTED, "--max-tokens", "100", "--api-key")
+    assert policy.clean_attribute("process.command_args", args) == masked
+    assert policy.redact_resource({"process.command_args": args}) == {"process.command_args": masked}
+    from_file = ("--password-file", "/run/pw")
+    assert policy.clean_attribute("tool.argv", from_file) == from_file
 
 
 def test_a_structure_made_json_text_is_valid_json_with_nan_and_infinity() -> None:
