@@ -575,7 +575,10 @@ def test_production_config_end_to_end(otlp_receiver: OtlpReceiver, tmp_path: Pat
         ]
         assert sample, f"no {requests_name} sample for {AGENT}:\n{body[:3000]}"
         assert f'job="{service}"' in sample[0] and sample[0].rsplit(" ", 1)[-1] in ("1", "1.0"), sample
-        assert "traces_span_metrics_calls_total{" in body
+        span_metric_lines = [line for line in body.splitlines() if line.startswith("traces_span_metrics_")]
+        assert any(f'job="{service}"' in line for line in span_metric_lines), body[:3000]
+        # a span's agent name is the app's (or a model's) word, unbounded: never a span-metric label
+        assert not [line for line in span_metric_lines if f"{agent_label}=" in line]
         assert f"{duration_bucket}_bucket{{" in body, duration_bucket
         assert FAKE_API_KEY not in body
 
