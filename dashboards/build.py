@@ -160,6 +160,11 @@ MODEL = c.GEN_AI_REQUEST_MODEL
 TIER = c.KAOS_MEMORY_TIER
 TARGET = c.KAOS_DELEGATION_TARGET
 ERROR = ((O, ("error",)),)
+CANCELED = ((O, (c.Outcome.CANCELED.value,)),)
+COMPLETED = ((O, tuple(o.value for o in c.Outcome if o is not c.Outcome.CANCELED)),)
+"""Operations that ran to an end: the share that failed is of these, so that cancellations (a
+client giving up, a timeout cutting a call off) neither dilute nor hide it; they have their own
+panel and alert."""
 USER = ((c.KAOS_REQUEST_ORIGIN, (c.RequestOrigin.USER.value,)),)
 """User requests only: headline panels count each user request once, not every delegated run."""
 FAILED_MEMORY = ((O, ("error", "degraded")),)
@@ -186,8 +191,9 @@ SECTIONS: tuple[Section, ...] = (
             ),
             _panel(
                 "Request error %",
-                "Share of user requests that ended with outcome=error (0 when none failed).",
-                Percent(c.KAOS_REQUESTS, ERROR, within=USER),
+                "Share of user requests that ended with outcome=error, of those not canceled (0 "
+                "when none failed).",
+                Percent(c.KAOS_REQUESTS, ERROR, within=(*USER, *COMPLETED)),
                 kind="stat",
                 width=4,
                 height=4,
@@ -213,8 +219,15 @@ SECTIONS: tuple[Section, ...] = (
             ),
             _panel(
                 "Request error rate % by agent",
-                "Requests with outcome=error as a percentage of all requests. Alert: above 5 %.",
-                Percent(c.KAOS_REQUESTS, ERROR, (A,)),
+                "Requests with outcome=error as a percentage of the requests not canceled. Alert: "
+                "above 5 %.",
+                Percent(c.KAOS_REQUESTS, ERROR, (A,), COMPLETED),
+            ),
+            _panel(
+                "Request canceled % by agent",
+                "Requests with outcome=canceled as a percentage of all requests: clients giving up, "
+                "timeouts enforced with asyncio. Alert: above 20 %.",
+                Percent(c.KAOS_REQUESTS, CANCELED, (A,)),
             ),
             _panel(
                 "Request latency p50 / p95 / p99 by agent",
@@ -239,7 +252,7 @@ SECTIONS: tuple[Section, ...] = (
             _panel(
                 "Model call failures % by model",
                 "Model calls with outcome=error as a percentage of all model calls. Alert: above 1 %.",
-                Percent(c.KAOS_MODEL_CALLS, ERROR, (MODEL,)),
+                Percent(c.KAOS_MODEL_CALLS, ERROR, (MODEL,), COMPLETED),
             ),
             _panel(
                 "Model call latency p50 / p95 / p99 by model",
@@ -293,7 +306,7 @@ SECTIONS: tuple[Section, ...] = (
                 "Delegation failures % by agent and target",
                 "Delegations with outcome=error as a percentage of one agent's delegations to one "
                 "sub-agent. Alert: above 5 %.",
-                Percent(c.KAOS_DELEGATIONS, ERROR, (A, TARGET)),
+                Percent(c.KAOS_DELEGATIONS, ERROR, (A, TARGET), COMPLETED),
                 width=12,
             ),
         ),
@@ -314,7 +327,7 @@ SECTIONS: tuple[Section, ...] = (
             _panel(
                 "Memory error + degraded % by tier",
                 "Memory operations with outcome error or degraded, as a percentage. Alert: above 5 %.",
-                Percent(c.KAOS_MEMORY_OPERATIONS, FAILED_MEMORY, (TIER,)),
+                Percent(c.KAOS_MEMORY_OPERATIONS, FAILED_MEMORY, (TIER,), COMPLETED),
             ),
             _panel(
                 "Degraded memory operations by tier and operation",
@@ -413,11 +426,29 @@ ALERTS: tuple[Alert, ...] = (
         severity="critical",
         summary="Agent {agent} ({service}): error rate is above 5 %",
         description=(
-            "More than 5 % of one agent's requests ended with outcome=error (max_steps, canceled "
-            "and degraded are not counted). Check the traces with kaos.outcome=error."
+            "More than 5 % of one agent's requests not canceled ended with outcome=error "
+            "(max_steps and degraded are not counted; canceled requests have their own alert). "
+            "Check the traces with kaos.outcome=error."
         ),
-        query=Percent(c.KAOS_REQUESTS, ERROR, (A,)),
+        query=Percent(c.KAOS_REQUESTS, ERROR, (A,), COMPLETED),
         threshold=5.0,
+        unit="percent",
+        for_="10m",
+        signoz_eval_window="10m",
+        signoz_match="on_average",
+    ),
+    Alert(
+        name="KaosRequestCanceledRateHigh",
+        slug="request-canceled-rate",
+        severity="warning",
+        summary="Agent {agent} ({service}): more than 20 % of requests are canceled",
+        description=(
+            "More than 20 % of one agent's requests ended with outcome=canceled: clients give up "
+            "waiting, or a timeout enforced with asyncio cancels the run (a backend that hangs "
+            "shows here before it shows as errors). The error rates leave canceled requests out."
+        ),
+        query=Percent(c.KAOS_REQUESTS, CANCELED, (A,)),
+        threshold=20.0,
         unit="percent",
         for_="10m",
         signoz_eval_window="10m",
@@ -429,10 +460,11 @@ ALERTS: tuple[Alert, ...] = (
         severity="warning",
         summary="Agent {agent} ({service}): more than 1 % of {model} calls fail",
         description=(
-            "More than 1 % of model calls (kaos.model.calls) for one agent and model ended with "
-            "outcome=error: provider errors, timeouts or rate limits."
+            "More than 1 % of the model calls not canceled (kaos.model.calls) for one agent and "
+            "model ended with outcome=error: provider errors, timeouts the client raises or rate "
+            "limits. A call cut off by an asyncio timeout around it is canceled, not failed."
         ),
-        query=Percent(c.KAOS_MODEL_CALLS, ERROR, (A, MODEL)),
+        query=Percent(c.KAOS_MODEL_CALLS, ERROR, (A, MODEL), COMPLETED),
         threshold=1.0,
         unit="percent",
         for_="10m",
@@ -445,12 +477,13 @@ ALERTS: tuple[Alert, ...] = (
         severity="warning",
         summary="Agent {agent} ({service}): more than 5 % of delegations to {target} fail",
         description=(
-            "More than 5 % of one agent's delegations to one sub-agent (kaos.delegations) ended "
-            "with outcome=error: the sub-agent is down, too slow for the delegation timeout, or "
+            "More than 5 % of one agent's delegations to one sub-agent (kaos.delegations) not "
+            "canceled ended with outcome=error: the sub-agent is down, too slow for the delegation "
+            "timeout, or "
             "failing. The delegating agent's own error alert fires too; this one names the "
             "sub-agent."
         ),
-        query=Percent(c.KAOS_DELEGATIONS, ERROR, (A, TARGET)),
+        query=Percent(c.KAOS_DELEGATIONS, ERROR, (A, TARGET), COMPLETED),
         threshold=5.0,
         unit="percent",
         for_="10m",
@@ -484,10 +517,11 @@ ALERTS: tuple[Alert, ...] = (
         severity="warning",
         summary="{service}: more than 5 % of {tier} memory operations failed or degraded",
         description=(
-            "More than 5 % of the memory operations on one tier ended with outcome error or "
-            "degraded (the agent answered without that memory tier). Check the memory store."
+            "More than 5 % of the memory operations not canceled on one tier ended with outcome "
+            "error or degraded (the agent answered without that memory tier). Check the memory "
+            "store."
         ),
-        query=Percent(c.KAOS_MEMORY_OPERATIONS, FAILED_MEMORY, (TIER,)),
+        query=Percent(c.KAOS_MEMORY_OPERATIONS, FAILED_MEMORY, (TIER,), COMPLETED),
         threshold=5.0,
         unit="percent",
         for_="10m",
@@ -574,7 +608,7 @@ def _signoz_filter(
 ) -> str:
     allowed = c.METRICS_BY_NAME[metric].attributes
     parts = [f"{v.key} IN ${v.name}" for v in variables if v.key in allowed]
-    for key, values in where:
+    for key, values in where:  # a key given twice: both (a part's filter holds its whole's)
         if len(values) == 1:
             parts.append(f"{key} = {_quote(values[0])}")
         else:
@@ -994,7 +1028,7 @@ def _prom_selector(
         allowed = c.METRICS_BY_NAME[metric].attributes
         matchers.append('job=~"$job"')
         matchers += [f'{c.prometheus_label(v.key)}=~"${v.name}"' for v in VARIABLES if v.key in allowed]
-    for key, values in where:
+    for key, values in dict(where).items():  # a label given twice: the later (narrower) matcher
         label = c.prometheus_label(key)
         matchers.append(f'{label}="{values[0]}"' if len(values) == 1 else f'{label}=~"{"|".join(values)}"')
     return f"{series}{{{', '.join(matchers)}}}" if matchers else series

@@ -25,6 +25,7 @@ UNIT_TESTS = ROOT / "dashboards" / "prometheus" / "kaos-alerts.test.yml"
 EXPECTED_ALERTS = {
     "KaosRequestLatencyP95High",
     "KaosRequestErrorRateHigh",
+    "KaosRequestCanceledRateHigh",
     "KaosModelCallFailureRateHigh",
     "KaosDelegationFailureRateHigh",
     "KaosMemoryLatencyP95High",
@@ -143,6 +144,7 @@ def test_promtool_unit_tests_catch_a_wrong_threshold(tmp_path: Path) -> None:
 GRAFANA = ROOT / "dashboards" / "grafana" / "kaos-agents.json"
 RATIO_ALERTS = {
     "KaosRequestErrorRateHigh",
+    "KaosRequestCanceledRateHigh",
     "KaosModelCallFailureRateHigh",
     "KaosDelegationFailureRateHigh",
     "KaosMemoryFailureRateHigh",
@@ -160,7 +162,7 @@ def test_ratios_are_0_not_empty_when_nothing_failed(tmp_path: Path) -> None:
     for rule in _rules():
         if rule["alert"] in RATIO_ALERTS:
             expressions[rule["alert"]] = re.sub(r"\)\s*>\s*[0-9.]+\s*$", ")", rule["expr"].strip())
-    assert len(expressions) == 9, sorted(expressions)
+    assert len(expressions) == 11, sorted(expressions)
     ok = '{job="kaos-agent", %s, kaos_outcome="success"}'
     series = [
         "kaos_requests_total" + ok % 'gen_ai_agent_name="coordinator", kaos_request_origin="user"',

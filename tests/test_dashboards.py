@@ -95,7 +95,7 @@ def test_generated_files_are_up_to_date() -> None:
 def test_the_expected_files_exist() -> None:
     assert SIGNOZ_DASHBOARD.is_file() and GRAFANA_DASHBOARD.is_file() and PROMETHEUS_RULES.is_file()
     assert {r["alert"] for r in signoz_rules()} == {r["alert"] for r in prometheus_rules()}
-    assert len(SIGNOZ_ALERTS) == 7
+    assert len(SIGNOZ_ALERTS) == 8
 
 
 # --- 1. SigNoz's OpenAPI schemas ----------------------------------------------------------
