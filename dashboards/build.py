@@ -542,15 +542,15 @@ ALERTS: tuple[Alert, ...] = (
         threshold=0.0,
         unit="",
         # ``increase`` needs two samples of a series, so the first drops of a process (the
-        # counter appears with its first value) are caught by the second clause: a series that
-        # did not exist 5 minutes ago.
+        # counter appears with its first value) are caught by the second clause: a series with
+        # no sample in the hour before the last 5 minutes (not one a scrape gap hid for a while).
         promql=(
             f"sum by (job, {_p(c.KAOS_TELEMETRY_SIGNAL)}, {_p(c.KAOS_TELEMETRY_REASON)}) "
             f"(increase({_prom(c.KAOS_TELEMETRY_DROPPED)}[5m])) > {{threshold}}\n"
             f"or\n"
             f"sum by (job, {_p(c.KAOS_TELEMETRY_SIGNAL)}, {_p(c.KAOS_TELEMETRY_REASON)}) "
-            f"({_prom(c.KAOS_TELEMETRY_DROPPED)} unless {_prom(c.KAOS_TELEMETRY_DROPPED)} offset 5m) "
-            f"> {{threshold}}"
+            f"({_prom(c.KAOS_TELEMETRY_DROPPED)} unless max_over_time({_prom(c.KAOS_TELEMETRY_DROPPED)}[1h] "
+            f"offset 5m)) > {{threshold}}"
         ),
         for_="0m",
         signoz_eval_window="5m",
