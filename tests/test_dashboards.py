@@ -595,7 +595,7 @@ _TOKEN = re.compile(
 )
 PROMQL_FUNCTIONS = {
     "sum", "avg", "min", "max", "count", "rate", "increase", "irate", "histogram_quantile",
-    "clamp_min", "clamp_max", "abs", "absent", "vector", "topk", "bottomk", "label_values",
+    "clamp_min", "clamp_max", "abs", "absent", "vector", "topk", "bottomk", "label_values", "max_over_time",
 }  # fmt: skip
 PROMQL_KEYWORDS = {"and", "or", "unless", "offset", "bool"}
 GROUPING = {"by", "without", "on", "ignoring", "group_left", "group_right"}
