@@ -43,7 +43,7 @@ from kaos_otel.exporters import (
     otlp_span_exporter,
 )
 from kaos_otel.exporters.health import Signal
-from kaos_otel.exporters.pipeline import redacted_resource
+from kaos_otel.exporters.pipeline import counting_metric_exporter, redacted_resource
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 LOG_EXPORT_BATCH_SIZE = 128
@@ -229,7 +229,7 @@ class ExportPipeline:
         try:
             self.tracer_provider = self._tracer_provider(resource, policy, global_providers, installs)
             self.meter_provider = self._meter_provider(
-                resource, global_providers, export_other_metrics, installs
+                resource, policy, global_providers, export_other_metrics, installs
             )
             self.logger_provider = self._logger_provider(resource, policy, global_providers, installs)
         except BaseException:  # nothing is installed yet: a corrected retry starts afresh
@@ -427,6 +427,7 @@ class ExportPipeline:
     def _meter_provider(
         self,
         resource: Resource,
+        policy: ContentPolicy,
         global_providers: bool,
         export_other_metrics: bool,
         installs: list[Callable[[], bool]],
@@ -456,14 +457,15 @@ class ExportPipeline:
                 # OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT are read by the reader unless overridden.
                 readers.append(
                     PeriodicExportingMetricReader(
-                        otlp_metric_exporter(settings, self.health),
+                        otlp_metric_exporter(settings, self.health, policy),
                         export_interval_millis=settings.metric_export_interval_ms,
                     )
                 )
             if settings.to_console("metrics"):
                 readers.append(
                     PeriodicExportingMetricReader(
-                        ConsoleMetricExporter(), export_interval_millis=settings.metric_export_interval_ms
+                        counting_metric_exporter(ConsoleMetricExporter, self.health, policy),
+                        export_interval_millis=settings.metric_export_interval_ms,
                     )
                 )
             sdk_provider = MeterProvider(

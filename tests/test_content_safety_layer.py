@@ -128,6 +128,26 @@ def test_the_manager_masks_every_exported_string(make_otel: MakeOtel, otlp_recei
     assert not any(SECRET in str(label) for label in labels)
 
 
+def test_another_meters_label_values_are_masked_when_the_manager_exports_them(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """With ``export_other_metrics`` (and under the distro, which sets it), the app's own meters
+    reach the manager's metric exporter: their label values, and the resource, are cleaned too."""
+    otel = make_otel(
+        environ={"OTEL_RESOURCE_ATTRIBUTES": f"openai.key={SECRET}"}, export_other_metrics=True
+    )
+    orders = otel.meter_provider.get_meter("shop").create_counter("shop.db.queries")
+    orders.add(1, {"db.url": f"postgres://app:{CREDENTIAL}@db/app", "auth": f"Bearer {SECRET}"})
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(
+        lambda r: any(p.name == "shop.db.queries" for p in r.metric_points()), 10
+    )
+    (point,) = [p for p in otlp_receiver.metric_points() if p.name == "shop.db.queries"]
+    assert point.attributes == {"db.url": f"postgres://{REDACTED}@db/app", "auth": f"Bearer {REDACTED}"}
+    payload = b"".join(request.SerializeToString() for request in otlp_receiver.raw_requests())
+    assert SECRET.encode() not in payload and CREDENTIAL.encode() not in payload
+
+
 def test_a_host_with_its_own_providers_adds_the_layer_with_one_call_per_exporter(
     otlp_receiver: OtlpReceiver,
 ) -> None:

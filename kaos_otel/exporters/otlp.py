@@ -14,6 +14,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from kaos_otel._config import OtlpProtocol, TelemetrySettings
+from kaos_otel._content import ContentPolicy
 from kaos_otel.exporters.health import TelemetryHealth
 from kaos_otel.exporters.pipeline import counting_metric_exporter
 
@@ -46,8 +47,11 @@ def otlp_span_exporter(settings: TelemetrySettings) -> SpanExporter:
     return GrpcSpanExporter(**options)
 
 
-def otlp_metric_exporter(settings: TelemetrySettings, health: TelemetryHealth) -> MetricExporter:
-    """The metric exporter of ``settings.protocols['metrics']``, counting failed data points."""
+def otlp_metric_exporter(
+    settings: TelemetrySettings, health: TelemetryHealth, policy: ContentPolicy
+) -> MetricExporter:
+    """The metric exporter of ``settings.protocols['metrics']``, cleaning label values and
+    counting failed data points."""
     exporter_class: type[MetricExporter]
     if _http(settings, "metrics"):
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
@@ -57,7 +61,7 @@ def otlp_metric_exporter(settings: TelemetrySettings, health: TelemetryHealth) -
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
 
         exporter_class = GrpcExporter
-    return counting_metric_exporter(exporter_class, health, **_overrides(settings, "metrics"))
+    return counting_metric_exporter(exporter_class, health, policy, **_overrides(settings, "metrics"))
 
 
 def otlp_log_exporter(settings: TelemetrySettings) -> LogRecordExporter:

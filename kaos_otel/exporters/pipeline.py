@@ -10,12 +10,19 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar, overload
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk._logs import ReadableLogRecord, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    ResourceMetrics,
+    ScopeMetrics,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -354,22 +361,27 @@ class SanitizingLogExporter(LogRecordExporter):
 
 
 class CountingMetricExport:
-    """Mixed into an OTLP metric exporter class: counts the data points of failed exports.
+    """Mixed into a metric exporter class: cleans every label value (the host's own meters' too,
+    with ``export_other_metrics`` or under the distro; kaos-otel's are bounded already) and the
+    resource, and counts the data points of failed exports.
 
     A subclass rather than a wrapper, so that the exporter keeps the temporality and aggregation
     it read from ``OTEL_EXPORTER_OTLP_METRICS_*`` without anyone reading them back.
     """
 
     health: TelemetryHealth
+    policy: ContentPolicy
+    cleaned_resource: ResourceCleaner
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object
     ) -> MetricExportResult:
-        """Export; a failure is counted, never raised."""
+        """Export cleaned data; a failure is counted, never raised."""
         try:
             with exporting():  # on the SDK reader's thread or a flushing one
+                cleaned = _cleaned_metrics(metrics_data, self.policy, self.cleaned_resource)
                 result: MetricExportResult = super().export(  # type: ignore[misc]
-                    metrics_data, timeout_millis=timeout_millis, **kwargs
+                    cleaned, timeout_millis=timeout_millis, **kwargs
                 )
         except Exception as exc:
             internal_error("metric export", exc)
@@ -380,14 +392,59 @@ class CountingMetricExport:
 
 
 def counting_metric_exporter(
-    exporter_class: type[MetricExporter], health: TelemetryHealth, **options: Any
+    exporter_class: type[MetricExporter], health: TelemetryHealth, policy: ContentPolicy, **options: Any
 ) -> MetricExporter:
-    """An ``exporter_class`` built with ``options`` that counts what it fails to export."""
+    """An ``exporter_class`` built with ``options`` that cleans what it exports and counts what
+    it fails to export."""
     counting = type(f"Counting{exporter_class.__name__}", (CountingMetricExport, exporter_class), {})
     exporter = counting(**options)
     exporter.health = health
+    exporter.policy = policy
+    exporter.cleaned_resource = ResourceCleaner(policy)
     assert isinstance(exporter, MetricExporter)
     return exporter
+
+
+def _cleaned_metrics(data: MetricsData, policy: ContentPolicy, resources: ResourceCleaner) -> MetricsData:
+    """``data`` with the attributes of every data point and exemplar, and the resource, cleaned."""
+    return MetricsData(
+        [
+            ResourceMetrics(
+                resources(resource_metrics.resource),
+                [
+                    ScopeMetrics(
+                        scope_metrics.scope,
+                        [
+                            replace(metric, data=_cleaned_data(metric.data, policy))
+                            for metric in scope_metrics.metrics
+                        ],
+                        scope_metrics.schema_url,
+                    )
+                    for scope_metrics in resource_metrics.scope_metrics
+                ],
+                resource_metrics.schema_url,
+            )
+            for resource_metrics in data.resource_metrics
+        ]
+    )
+
+
+def _cleaned_data(data: Any, policy: ContentPolicy) -> Any:
+    """A sum, gauge or histogram with the attributes of its points and their exemplars cleaned."""
+    points = [
+        replace(
+            point,
+            attributes=policy.clean_attributes(point.attributes),
+            exemplars=[
+                replace(exemplar, filtered_attributes=policy.clean_attributes(exemplar.filtered_attributes))
+                if exemplar.filtered_attributes
+                else exemplar
+                for exemplar in point.exemplars
+            ],
+        )
+        for point in data.data_points
+    ]
+    return replace(data, data_points=points)
 
 
 def _count_points(metrics_data: MetricsData) -> int:
