@@ -600,7 +600,8 @@ class SpanScope:
             entered = self._entered
             if not entered:
                 return
-            entry = entered.pop() if len(entered) == 1 else entered.pop(self._entered_here(entered))
+            # one entry: the first (another thread's entry may be appended meanwhile, never removed)
+            entry = entered.pop(0) if len(entered) == 1 else entered.pop(self._entered_here(entered))
         entry[0].__exit__(exc_type, exc, tb)
 
     @staticmethod
