@@ -29,10 +29,8 @@ _ABOUT_A_SECRET = frozenset({
     "created", "name", "names", "arn", "id", "ids", "count", "header", "type", "provider", "path",
     "file", "dir", "algorithm", "algo", "strength", "rule", "rules", "hint", "manager", "required",
     "enabled", "field", "format", "label", "prompt", "set", "store", "vault", "ref", "source",
-    "mode", "version", "versions", "scheme", "schema", "attempt", "attempts", "failure",
-    "failures", "failed", "error", "errors", "retry", "retries", "rotations", "check", "checks",
-    "checked", "request", "requests", "reset", "resets", "detected", "found", "seen", "valid",
-    "invalid", "verified", "counts", "total",
+    "mode", "version", "versions", "scheme", "schema", "attempts", "failures", "errors",
+    "retries", "rotations", "counts", "total",
 })
 # fmt: on
 """Words of a secret-naming key's suffix that say its value is about a secret, not the secret:
@@ -46,8 +44,8 @@ _SUFFIX_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 
 
 _SECRET_NAMES = (
-    r"password|passwd|passphrase|pwd|secret[ ]key|secret|api[_ -]?key|apikey|private[_ -]?key|"
-    r"access[_ -]?key|account[_-]?key|credential"
+    r"password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|private[_-]?key|access[_-]?key|"
+    r"account[_-]?key|credential"
 )
 """The names a key holds when its value is a secret (and ``token``, which key=value pairs read
 apart: ``max_tokens`` is no secret), as regex alternatives for the patterns below."""
@@ -83,19 +81,19 @@ a run of token characters starts: from each "eyJ" of "eyJ_eyJ_..." it would reru
 end."""
 
 _TELEGRAM_BOT_TOKEN = re.compile(
-    r"(?=[0-9])(?<![A-Za-z0-9:])[0-9]{8,10}:A[A-Za-z0-9_-]{34}(?![A-Za-z0-9_-])"
+    r"(?=[0-9])(?:(?<=bot)|(?<![A-Za-z0-9:]))[0-9]{8,10}:A[A-Za-z0-9_-]{34}(?![A-Za-z0-9_-])"
 )
-"""Telegram bot tokens on their own (a webhook path of the app's own): the bot's id, a colon and
-35 characters starting with "A"."""
+"""Telegram bot tokens on their own (a webhook path of the app's own, ``/bot<token>/`` of a local
+Bot API server): the bot's id, a colon and 35 characters starting with "A"."""
 
 SECRET_KEY_NAME = re.compile(
-    r"(?i)(?:password|passwd|passphrase|(?<![a-z])pass|secret|token|api[_-]?key|apikey|private[_-]?key|"
+    r"(?i)(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|private[_-]?key|"
     r"access[_-]?key|account[_-]?key|authorization|credentials?|cookie|subscription[_-]?key|"
     r"ingestion[_-]?key|honeycomb[_-]?team)$"
 )
 """Attribute keys and header names whose whole value is a secret: the key ends in such a name
-(``db.password``, ``auth_token``, ``accessKey``, ``DB_PASS``; not ``gen_ai.token.type``,
-``max_tokens``, ``password_min_length``, ``bypass``)."""
+(``db.password``, ``auth_token``, ``accessKey``; not ``gen_ai.token.type``, ``max_tokens``,
+``password_min_length``)."""
 
 _SECRET_KEY_IN_TEXT = (
     r"(?:(?:" + _SECRET_NAMES + r")s?"
@@ -127,7 +125,7 @@ _KEY_LAST_NAMES = re.compile(r"([A-Za-z0-9_.-]{1,64})\]?\Z")
 characters."""
 
 _SECRET_KEY_ENDING = re.compile(
-    r"(?i)(?:(?:" + _SECRET_NAMES + r")s?|token|(?<![a-z])pass)"
+    r"(?i)(?:(?:" + _SECRET_NAMES + r")s?|token)"
     # each word atomic, the longer spelling first: a run of digits or letters is read one way only
     r"(?:[_.-]?(?>key|base64|base|value|v?[0-9]+|string|str|b64|hex|pem|der|new|old|current|prod"
     r"|live|admin|encoded|enc|data|raw|text|contents?|hash|digest|salt|confirmation|confirm))*\Z"
@@ -154,18 +152,27 @@ def key_names_a_secret(key: str) -> bool:
 
 
 _SECRET_FLAG = re.compile(
-    r"(?i)--?(?:[a-z0-9]+[_-]){0,8}(?:password|passwd|passphrase|pass|pwd|token|secret|api[_-]?key|apikey"
-    r"|access[_-]?key|credentials?)\Z"
+    r"(?i)--?(?!(?:no|ask|show|prompt|print|skip|use|with|without)[_-])(?:[a-z0-9]+[_-]){0,8}[a-z0-9]*?"
+    r"(?:password|passwd|passphrase|pwd|token|secret|secret[_-]?key|api[_-]?key|apikey|access[_-]?key"
+    r"|credentials?)\Z"
 )
-"""A command-line flag whose value is the next argument and a secret (``--password``,
-``--api-key``, ``--client-secret``; not ``--max-tokens``, ``--password-file``)."""
+"""A command-line flag whose value may be the next argument and a secret (``--password``,
+``--api-key``, ``--clientSecret``; not ``--max-tokens``, ``--password-file``, ``--no-password``,
+``--ask-pass``)."""
 
 
 def secret_arguments(arguments: Sequence[str]) -> Iterator[int]:
-    """The indexes of the arguments of a command line that follow a flag naming a secret:
-    ``process.command_args`` of ``("pg_dump", "--password", "x")`` holds one, at 2."""
+    """The indexes of the arguments of a command line that follow a flag naming a secret, unless
+    they are flags themselves: ``process.command_args`` of ``("docker", "login", "--password",
+    "x")`` holds one, at 3."""
     for index, argument in enumerate(arguments[:-1]):
-        if argument[:1] == "-" and len(argument) <= 64 and _SECRET_FLAG.match(argument):
+        following = arguments[index + 1]
+        if (
+            argument[:1] == "-"
+            and following[:1] != "-"
+            and len(argument) <= 64
+            and _SECRET_FLAG.match(argument)
+        ):
             yield index + 1
 
 
@@ -209,10 +216,11 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"(?P<value>(?=[A-Za-z0-9+/_~.%-]{0,64}[0-9])[A-Za-z0-9+/_~.%-]{16,}={0,2})"
     ),
     # a URL's query parameter named for a credential with no name of a secret in it (?key=,
-    # ?appid=, Firebase's ?auth=, ?pass=): a value of 8 characters or more holding a digit
+    # ?appid=, Firebase's ?auth=, ?pass=): a value of 8 token characters or more holding a digit
+    # (not an object key, a path or a cache key: ?key=reports/2024/q1.pdf)
     re.compile(
         r"[?&](?i:key|appid|app_id|auth|pass)="
-        r"(?P<value>(?=[^&#\s\"']{0,64}[0-9])[^&#\s\"']{8,})"
+        r"(?P<value>(?=[A-Za-z0-9_-]{0,64}[0-9])[A-Za-z0-9_-]{8,})(?=[&#\s\"']|$)"
     ),
     # credentials given on a command line or in a .netrc: "--password x", "login u password x"
     re.compile(r"--(?:password|passwd|token|api-key|apikey|secret|client-secret)[ \t]+(?P<value>[^\s-]\S*)"),
@@ -289,24 +297,27 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # ending in a backslash must not run on); a braced one ending a field is an ODBC value
     # (Pwd={a;b};); any other is not a structure ({, [, () nor a placeholder (None, null, %s, $1,
     # ?), is masked with a label it may start with ("credentials: password: ...", "passwords:
-    # wifi: ...") and runs on past , ; & ) ] } that a character of the value follows, unless
-    # that starts the next pair ("Tr0ub4dor&3" whole; "x" of "password=x&user=y")
+    # wifi: ...") and runs on past , ; & ) ] } that a digit or a symbol follows ("Tr0ub4dor&3"
+    # whole), not a letter, which may start the next pair ("x" of "password=x&user=y")
     re.compile(
         r"(?i)(?=[pasct])" + _SECRET_KEY_IN_TEXT + r"[\"']?[^\S\r\n]*[:=][^\S\r\n]*"
         r"(?P<quote>[\"'])?(?!\[REDACTED\])"
         r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)*"
         r"|(?:\{[^{}\r\n\"']{1,256}\}(?=;|$)"
         r"|(?:[\w.-]+[^\S\r\n]*[:=][^\S\r\n]+)?"
-        r"(?!(?:none|null|nil|undefined|%s|\$[0-9]+|\?)(?![^\s,;&}\])\"']))"
-        r"[^\s,;&}\])\"'{\[(=](?:[^\s,;&}\])\"']|[,;&}\])](?=[^\s,;&}\])\"'])(?![\w.-]{1,64}[:=]))*)))"
+        r"(?!(?:none|null|nil|undefined|%s|\$[0-9]+|\?)(?![^\s,;&}\])\"']|[,;&}\])][0-9!#%^*+~@]))"
+        r"[^\s,;&}\])\"'{\[(=](?:[^\s,;&}\])\"']|[,;&}\])](?=[0-9!#%^*+~@]))*)))"
         r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])./>?!|&<\"'\\]|$)|$))"
     ),
     # a secret said in words, as a memory or a message says it ("my password is Tr0ub4dor&3", "the
-    # user's API key is 9f8e..."): a value of 4 characters or more holding a digit
+    # user's API key is 9f8e...", "API key: 9f8e..."): a value of 6 characters or more holding a
+    # digit, not a size ("8-64 characters", "32-byte hex")
     re.compile(
-        r"(?i)(?=[pasrb])\b(?:password|passphrase|passcode|api[ _-]?key|secret(?:[ _-]?key)?"
-        r"|(?:access|auth|bearer|refresh|api|bot)[ _-]?token)[^\S\r\n]+(?:is|was)[^\S\r\n]+[\"']?"
-        r"(?P<value>(?=[^\s\"'<>]{0,64}[0-9])[^\s\"'<>]{4,})"
+        r"(?i)(?=[pasrb])\b(?:(?:password|passphrase|passcode|api[ _-]?key|secret(?:[ _-]?key)?"
+        r"|(?:access|auth|bearer|refresh|api|bot)[ _-]?token)[^\S\r\n]+(?:is|was)[^\S\r\n]+"
+        r"|(?:api|secret|access|private)[ ]key[\"']?[^\S\r\n]*[:=][^\S\r\n]*)[\"']?"
+        r"(?P<value>(?=[^\s\"'<>]{0,64}[0-9])(?![^\s\"'<>]{0,64}-(?:digit|byte|bit|char|character|signed)s?\b)"
+        r"[^\s\"'<>]{6,})"
     ),
 )
 
@@ -410,12 +421,16 @@ class _View:
 
 
 def _views(text: str) -> Iterator[_View]:
-    """The text itself, its JSON-decoded forms (JSON in JSON too), then the last one URL-decoded,
-    then that one without its terminal colour codes."""
+    """The text itself and its JSON-decoded forms (JSON in JSON too), each also without its
+    terminal colour codes (a shell tool's output, a coloured log line), then the last one
+    URL-decoded."""
     view = _View(text)
     yield view
-    for _ in range(_MAX_JSON_DEPTH):
-        if "\\" not in view.text:
+    for depth in range(_MAX_JSON_DEPTH + 1):
+        if "\x1b" in view.text and (plain := view.decoded(_TERMINAL_ESCAPE, _dropped)) is not None:
+            view = plain
+            yield view
+        if depth == _MAX_JSON_DEPTH or "\\" not in view.text:
             break
         decoded = view.decoded(_JSON_ESCAPE, _json_unescape)
         if decoded is None:
@@ -424,11 +439,6 @@ def _views(text: str) -> Iterator[_View]:
         yield view
     if "%" in view.text or "+" in view.text:
         decoded = view.decoded(_URL_ESCAPE, _url_unescape)
-        if decoded is not None:
-            view = decoded
-            yield view
-    if "\x1b" in view.text:  # a shell tool's coloured output, a coloured log line
-        decoded = view.decoded(_TERMINAL_ESCAPE, _dropped)
         if decoded is not None:
             yield decoded
 

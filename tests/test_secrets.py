@@ -426,13 +426,20 @@ def test_false_positive_rate_on_benign_text_is_measured_and_low() -> None:
         "my password is hunter2x&3",
         "wifi password: hunter2x&3",
         "password=hunter2x;DROP",
-        "SMTP_PASSWORD=hunter2x,hunter2x",
+        "SMTP_PASSWORD=hunter2x,9#",
         "\x1b[36mpassword\x1b[0m=\x1b[35mhunter2x\x1b[0m",
         "\x1b[38;5;186msk-proj-abc123DEF456ghi789JKL012\x1b[0m",
         "postgresql://app:hunter2x#9@db.internal:5432/app",
         "https://api.example.com/weather?q=London&appid=4f9a8b7c6d5e",
         "https://example.firebaseio.com/a.json?auth=abc123xyz987",
         "https://example.com/telegram/1234567890:AAabc123DEF456ghi789JKL012mno345pqr",
+        "http://localhost:8081/bot1234567890:AAabc123DEF456ghi789JKL012mno345pqr/getMe",
+        "\x1b[34mAWS_SECRET_ACCESS_KEY\x1b[0m=\x1b[33mabc123+hunter2x/EXAMPLE\x1b[0m",
+        # a review of the first version: words after a secret's name that do not make it about one
+        "PASSWORD_RESET_KEY=4f9a8b7c6d5e",
+        "password_reset_code=hunter2x",
+        "SECRET_CHECK_KEY=abc123xyz",
+        "api_key_invalid=hunter2x",
     ],
 )
 def test_a_secret_under_a_key_with_a_suffix_is_masked(text: str) -> None:
@@ -448,6 +455,22 @@ def test_a_quoted_secret_inside_json_text_is_masked(value: object) -> None:
     """A quoted value ends where its quote does, also when the quote is escaped in JSON text (a
     list of environment lines set as one attribute): the string's own closing quote follows."""
     assert "hunter2" not in default_redactor(json.dumps(value))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password=hunter2x;api_key = 'Zq9vX81kPm'",
+        "password=hunter2x,api_key = Zq9vX81kPm",
+        'pwd=hunter2x;$token="Zq9vX81kPm"',
+    ],
+)
+def test_a_value_ends_where_the_next_pair_starts(text: str) -> None:
+    """A value running on past punctuation stops at a letter, which may start the next pair: both
+    secrets are masked, the second one's key kept."""
+    redacted = default_redactor(text)
+    assert "hunter2" not in redacted and "Zq9vX81kPm" not in redacted
+    assert redacted.count(REDACTED) == 2
 
 
 @pytest.mark.parametrize(
@@ -479,6 +502,11 @@ def test_a_quoted_secret_inside_json_text_is_masked(value: object) -> None:
         "bypass=3",
         "https://example.com/search?key=name",
         "meeting at 10:AM, room 12345678:Abc",
+        "https://bucket.example.com/get?key=reports/2024/q1.pdf",
+        "https://cdn.example.com/app.js?key=v1.2.3-build42",
+        "Invalid API key: Unauthorized",
+        "Password is 8-64 characters",
+        "API key is 32-byte hex",
     ],
 )
 def test_text_about_a_secret_is_left_alone(text: str) -> None:
