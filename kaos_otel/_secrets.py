@@ -152,13 +152,13 @@ def key_names_a_secret(key: str) -> bool:
 
 
 _SECRET_FLAG = re.compile(
-    r"(?i)--?(?!(?:no|ask|show|prompt|print|skip|use|with|without)[_-])(?:[a-z0-9]+[_-]){0,8}[a-z0-9]*?"
+    r"(?i)(?:--pass\Z|--?(?!(?:no|ask|show|prompt|print)[_-])(?:[a-z0-9]+[_-]){0,8}[a-z0-9]*?"
     r"(?:password|passwd|passphrase|pwd|token|secret|secret[_-]?key|api[_-]?key|apikey|access[_-]?key"
-    r"|credentials?)\Z"
+    r"|credentials?)\Z)"
 )
 """A command-line flag whose value may be the next argument and a secret (``--password``,
-``--api-key``, ``--clientSecret``; not ``--max-tokens``, ``--password-file``, ``--no-password``,
-``--ask-pass``)."""
+``--api-key``, ``--clientSecret``, ``--pass``; not ``--max-tokens``, ``--password-file``,
+``--no-password``, ``--ask-pass``)."""
 
 
 def secret_arguments(arguments: Sequence[str]) -> Iterator[int]:
@@ -216,11 +216,11 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"(?P<value>(?=[A-Za-z0-9+/_~.%-]{0,64}[0-9])[A-Za-z0-9+/_~.%-]{16,}={0,2})"
     ),
     # a URL's query parameter named for a credential with no name of a secret in it (?key=,
-    # ?appid=, Firebase's ?auth=, ?pass=): a value of 8 token characters or more holding a digit
-    # (not an object key, a path or a cache key: ?key=reports/2024/q1.pdf)
+    # ?appid=, Firebase's ?auth=, ?pass=): a value of 8 characters or more holding a digit and no
+    # / . : (not an object key, a path, a version or a cache key: ?key=reports/2024/q1.pdf)
     re.compile(
         r"[?&](?i:key|appid|app_id|auth|pass)="
-        r"(?P<value>(?=[A-Za-z0-9_-]{0,64}[0-9])[A-Za-z0-9_-]{8,})(?=[&#\s\"']|$)"
+        r"(?P<value>(?=[^&#\s\"'/.:]{0,64}[0-9])[^&#\s\"'/.:]{8,})(?=[&#\s\"']|$)"
     ),
     # credentials given on a command line or in a .netrc: "--password x", "login u password x"
     re.compile(r"--(?:password|passwd|token|api-key|apikey|secret|client-secret)[ \t]+(?P<value>[^\s-]\S*)"),
@@ -310,12 +310,13 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])./>?!|&<\"'\\]|$)|$))"
     ),
     # a secret said in words, as a memory or a message says it ("my password is Tr0ub4dor&3", "the
-    # user's API key is 9f8e...", "API key: 9f8e..."): a value of 6 characters or more holding a
-    # digit, not a size ("8-64 characters", "32-byte hex")
+    # user's API key is 9f8e...", "API key: 9f8e..."): a value of 6 characters or more (12 after a
+    # name and a colon: "Private key: RSA-2048" is a description) holding a digit, not a size
+    # ("8-64 characters", "32-byte hex")
     re.compile(
         r"(?i)(?=[pasrb])\b(?:(?:password|passphrase|passcode|api[ _-]?key|secret(?:[ _-]?key)?"
         r"|(?:access|auth|bearer|refresh|api|bot)[ _-]?token)[^\S\r\n]+(?:is|was)[^\S\r\n]+"
-        r"|(?:api|secret|access|private)[ ]key[\"']?[^\S\r\n]*[:=][^\S\r\n]*)[\"']?"
+        r"|(?:api|secret|access|private)[ ]key[\"']?[^\S\r\n]*[:=][^\S\r\n]*(?=[\"']?[^\s\"'<>]{12}))[\"']?"
         r"(?P<value>(?=[^\s\"'<>]{0,64}[0-9])(?![^\s\"'<>]{0,64}-(?:digit|byte|bit|char|character|signed)s?\b)"
         r"[^\s\"'<>]{6,})"
     ),
@@ -441,6 +442,8 @@ def _views(text: str) -> Iterator[_View]:
         decoded = view.decoded(_URL_ESCAPE, _url_unescape)
         if decoded is not None:
             yield decoded
+            if "\x1b" in decoded.text and (plain := decoded.decoded(_TERMINAL_ESCAPE, _dropped)) is not None:
+                yield plain
 
 
 def _matches(pattern: re.Pattern[str], text: str, about_suffix: bool, named: bool) -> Iterator[re.Match[str]]:
@@ -459,10 +462,18 @@ def _matches(pattern: re.Pattern[str], text: str, about_suffix: bool, named: boo
             continue
         suffix = match.group("suffix") if about_suffix else None
         if suffix and _about_a_secret(suffix):
-            position = match.start("value") if match.group("quote") else match.end()
+            position = match.start("value") if match.group("quote") else _next_pair(text, match)
             continue
         yield match
         position = match.end()
+
+
+def _next_pair(text: str, match: re.Match[str]) -> int:
+    """Where the scan resumes after an unquoted value about a secret: at a ``,`` ``;`` or ``&``
+    inside it, where a next pair may start (``password_attempts=3&2fa_token=...``), else after it."""
+    start, end = match.span("value")
+    separators = [found for found in (text.find(c, start, end) for c in ",;&") if found >= 0]
+    return min(separators) if separators else match.end()
 
 
 def secret_spans(text: str) -> list[tuple[int, int]]:

@@ -714,6 +714,7 @@ def test_the_argument_a_secret_naming_flag_precedes_is_masked() -> None:
     masked = ("docker", "login", "--password", REDACTED, "--max-tokens", "100", "--clientSecret", REDACTED)
     assert policy.clean_attribute("process.command_args", args) == masked
     assert policy.redact_resource({"process.command_args": args}) == {"process.command_args": masked}
+    assert policy.clean_attribute("argv", ("mysql", "--pass", "hunter2x")) == ("mysql", "--pass", REDACTED)
     for kept in (("--password-file", "/run/pw"), ("--no-password", "db"), ("--ask-pass", "-i", "hosts")):
         assert policy.clean_attribute("tool.argv", kept) == kept
 

@@ -440,6 +440,9 @@ def test_false_positive_rate_on_benign_text_is_measured_and_low() -> None:
         "password_reset_code=hunter2x",
         "SECRET_CHECK_KEY=abc123xyz",
         "api_key_invalid=hunter2x",
+        "/login?password_attempts=3&2fa_token=4f9a8b7c6d5e",  # after a key about a secret
+        "%1B%5B36mpassword%1B%5B0m=hunter2x9",  # colour codes, URL-encoded
+        "https://legacy.example.com/api?user=u&pass=hunter2x%40",
     ],
 )
 def test_a_secret_under_a_key_with_a_suffix_is_masked(text: str) -> None:
