@@ -43,7 +43,7 @@ from kaos_otel.exporters import (
     otlp_span_exporter,
 )
 from kaos_otel.exporters.health import Signal
-from kaos_otel.exporters.pipeline import counting_metric_exporter, redacted_resource
+from kaos_otel.exporters.pipeline import redacted_resource, sanitizing_metric_exporter
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 LOG_EXPORT_BATCH_SIZE = 128
@@ -464,7 +464,7 @@ class ExportPipeline:
             if settings.to_console("metrics"):
                 readers.append(
                     PeriodicExportingMetricReader(
-                        counting_metric_exporter(ConsoleMetricExporter, self.health, policy),
+                        sanitizing_metric_exporter(ConsoleMetricExporter, self.health, policy),
                         export_interval_millis=settings.metric_export_interval_ms,
                     )
                 )

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from kaos_otel._config import OtlpProtocol, TelemetrySettings
 from kaos_otel._content import ContentPolicy
 from kaos_otel.exporters.health import TelemetryHealth
-from kaos_otel.exporters.pipeline import counting_metric_exporter
+from kaos_otel.exporters.pipeline import sanitizing_metric_exporter
 
 
 def _overrides(settings: TelemetrySettings, signal: str) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def otlp_metric_exporter(
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
 
         exporter_class = GrpcExporter
-    return counting_metric_exporter(exporter_class, health, policy, **_overrides(settings, "metrics"))
+    return sanitizing_metric_exporter(exporter_class, health, policy, **_overrides(settings, "metrics"))
 
 
 def otlp_log_exporter(settings: TelemetrySettings) -> LogRecordExporter:

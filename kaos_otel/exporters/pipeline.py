@@ -360,7 +360,7 @@ class SanitizingLogExporter(LogRecordExporter):
         return self._inner.force_flush(timeout_millis)
 
 
-class CountingMetricExport:
+class SanitizingMetricExport:
     """Mixed into a metric exporter class: cleans every label value (the host's own meters' too,
     with ``export_other_metrics`` or under the distro; kaos-otel's are bounded already) and the
     resource, and counts the data points of failed exports.
@@ -391,13 +391,13 @@ class CountingMetricExport:
         return result
 
 
-def counting_metric_exporter(
+def sanitizing_metric_exporter(
     exporter_class: type[MetricExporter], health: TelemetryHealth, policy: ContentPolicy, **options: Any
 ) -> MetricExporter:
     """An ``exporter_class`` built with ``options`` that cleans what it exports and counts what
     it fails to export."""
-    counting = type(f"Counting{exporter_class.__name__}", (CountingMetricExport, exporter_class), {})
-    exporter = counting(**options)
+    sanitizing = type(f"Sanitizing{exporter_class.__name__}", (SanitizingMetricExport, exporter_class), {})
+    exporter = sanitizing(**options)
     exporter.health = health
     exporter.policy = policy
     exporter.cleaned_resource = ResourceCleaner(policy)
