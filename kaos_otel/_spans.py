@@ -552,9 +552,10 @@ class SpanFactory:
 
 
 _SCOPE_ENTERED: contextvars.ContextVar[None] = contextvars.ContextVar("kaos_otel_scope_entered", default=None)
-"""Set on entering a :class:`SpanScope`: the token tells the execution context of the entry."""
+"""Set on entering a :class:`SpanScope` another entry of which is open: the token tells the
+execution context of the entry."""
 
-_SCOPE_EXIT_LOCK = threading.Lock()
+_SCOPE_LOCK = threading.Lock()
 
 
 class SpanScope:
@@ -565,7 +566,7 @@ class SpanScope:
     from a context no entry was made in (a generator closed by another task), the oldest entry.
     """
 
-    __slots__ = ("_attributes", "_entered", "_factory", "_kind", "_links", "_name", "_parent")
+    __slots__ = ("_attributes", "_entered", "_factory", "_kind", "_links", "_name", "_parent", "_tokens")
 
     def __init__(
         self,
@@ -582,7 +583,9 @@ class SpanScope:
         self._attributes = attributes
         self._links = links
         self._parent = parent
-        self._entered: list[tuple[SpanHandle, contextvars.Token[None]]] = []
+        self._entered: list[SpanHandle] = []
+        self._tokens: dict[SpanHandle, contextvars.Token[None]] | None = None
+        """The execution context of each entry made while another was open (made under the lock)."""
 
     def __enter__(self) -> SpanHandle:
         if self._factory is None:
@@ -590,30 +593,54 @@ class SpanScope:
         handle = self._factory.begin(
             self._name, kind=self._kind, attributes=self._attributes, links=self._links, parent=self._parent
         )
-        self._entered.append((handle, _SCOPE_ENTERED.set(None)))
+        entered = self._entered
+        entered.append(handle)
+        if len(entered) > 1:  # another entry is open: this one's context must be told apart
+            with _SCOPE_LOCK:
+                if self._tokens is None:
+                    self._tokens = {}
+                self._tokens[handle] = _SCOPE_ENTERED.set(None)
         return handle
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        with _SCOPE_EXIT_LOCK:
-            entered = self._entered
-            if not entered:
+        entered = self._entered
+        try:
+            if len(entered) == 1 and not self._tokens:
+                # the one entry, first in the list (another thread's may be appended meanwhile)
+                handle = entered.pop(0)
+            elif not entered:  # left more often than entered, or disabled
                 return
-            # one entry: the first (another thread's entry may be appended meanwhile, never removed)
-            entry = entered.pop(0) if len(entered) == 1 else entered.pop(self._entered_here(entered))
-        entry[0].__exit__(exc_type, exc, tb)
+            else:
+                with _SCOPE_LOCK:
+                    handle = self._entered_here(entered)
+                    entered.remove(handle)
+                    if self._tokens is not None:
+                        self._tokens.pop(handle, None)
+        except (IndexError, ValueError):  # another thread left the last entry meanwhile
+            return
+        if exc is None:  # as SpanHandle.__exit__, one call fewer on every block
+            handle.success()
+        else:
+            handle.failure(exc)
 
-    @staticmethod
-    def _entered_here(entered: list[tuple[SpanHandle, contextvars.Token[None]]]) -> int:
-        """The index of the latest entry made in the execution context running now, else 0."""
-        for index in range(len(entered) - 1, -1, -1):
+    def _entered_here(self, entered: list[SpanHandle]) -> SpanHandle:
+        """The latest entry made in the execution context running now; else the oldest entry
+        made while no other was open (its context was not noted), else the oldest."""
+        tokens = self._tokens or {}
+        alone: SpanHandle | None = None
+        for handle in reversed(entered):
+            token = tokens.get(handle)
+            if token is None:
+                alone = handle
+                continue
             try:
-                _SCOPE_ENTERED.reset(entered[index][1])  # ValueError in any other context
+                _SCOPE_ENTERED.reset(token)  # ValueError in any other context
             except ValueError:
                 continue
-            return index
-        return 0
+            return handle
+        return alone if alone is not None else entered[0]  # IndexError when none is left
 
     async def __aenter__(self) -> SpanHandle:
         return self.__enter__()
