@@ -191,7 +191,7 @@ class ContentPolicy:
         """A text attribute value cleaned and capped; one the SDK cut (at :func:`sdk_value_limit`)
         ends in a marker that does not claim to know how much was cut."""
         limit = self.max_value_length
-        cut_by_sdk = len(text) == sdk_value_limit(limit)
+        cut_by_sdk = len(text) > limit and len(text) == sdk_value_limit(limit)  # the call only past the cap
         return self.clean_text(text, limit, _CUT_SHORT if cut_by_sdk else None)
 
     def _clean_bytes(self, key: str, value: bytes) -> AttributeValue:
