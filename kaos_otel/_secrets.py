@@ -73,9 +73,12 @@ def _about_a_secret(suffix: str) -> bool:
 
 _JWT = re.compile(
     r"(?=[A-Za-z0-9_-])(?<![A-Za-z0-9_-])(?:[A-Za-z0-9_-]{0,63}[_-])?"
-    r"(?P<value>eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)?)"
+    r"(?P<value>eyJ[A-Za-z0-9_-]{8,}\.(?:eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)?"
+    r"|[A-Za-z0-9_-]*\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}))"
 )
-"""Bare JWTs (header.payload[.signature], both base64url JSON objects), also after words and a
+"""Bare JWTs (header.payload[.signature], both base64url JSON objects) and JWEs (header, then
+four parts: the encrypted key, which may be empty, the IV, the ciphertext and the tag: a session
+cookie of NextAuth), also after words and a
 separator (``my_jwt_eyJ...``, ``Bearer-eyJ...``, within 64 characters). A scan starts only where
 a run of token characters starts: from each "eyJ" of "eyJ_eyJ_..." it would rerun to the run's
 end."""
@@ -176,6 +179,45 @@ def secret_arguments(arguments: Sequence[str]) -> Iterator[int]:
             yield index + 1
 
 
+_SAID_FOR = r"(?:[^\S\r\n]+(?:for|of|to)[^\S\r\n]+(?:(?:the|my|our|your|this|that)[^\S\r\n]+)?[\w.-]{1,32})?"
+"""What a secret said in words is for, between its name and "is": "the password for the db is"."""
+
+_SAID_VALUE = (
+    r"[\"']?(?P<value>(?=[^\s\"'<>]{0,64}[0-9])"
+    r"(?![^\s\"'<>]{0,64}-(?:digit|byte|bit|char|character|signed)s?\b)"
+    r"(?!(?:sha|md|blake|hmac|rsa|ecdsa|ed|aes|argon|pbkdf)[0-9]{0,4}(?:-[a-z]{2,16}){0,3}(?![^\s\"'<>]))"
+    r"[^\s\"'<>]{6,})"
+)
+"""The value of a secret said in words: 6 characters or more holding a digit, not a size ("8-64
+characters", "32-byte hex") nor an algorithm ("sha256-hashed", "ed25519")."""
+
+_SOMEONES_TOKEN = re.compile(
+    r"(?i)token(?:(?<=\bmy token)|(?<=\bour token)|(?<=\byour token)|(?<=\btheir token)"
+    r"|(?<=\w's token)|(?<=\w\u2019s token))"
+    + _SAID_FOR
+    + r"[^\S\r\n]+(?:is|was)[^\S\r\n]+"
+    + _SAID_VALUE
+)
+"""A token said in words, someone's ("my token is ...", "the user's token is ..."): a bare "token"
+may be a model's ("the next token is 128000")."""
+
+_YAML_BLOCK_SECRET = re.compile(
+    r"(?m)^[^\S\r\n]*(?:-[^\S\r\n]+)?[\"']?"
+    r"(?P<name>(?=[\w.-]{0,64}?(?i:pass|pwd|secret|key|token|credential))[\w.-]{1,64})[\"']?"
+    r"[^\S\r\n]*:[^\S\r\n]*[|>][0-9+-]{0,2}[^\S\r\n]*\r?\n(?P<indent>[^\S\r\n]+)"
+    r"(?P<value>\S[^\r\n]{0,4096}(?:\r?\n(?P=indent)[^\r\n]{1,4096}){0,64})"
+)
+"""A YAML block scalar under a key naming a secret (as :func:`names_a_secret` reads it):
+``password: |`` or ``token: >-``, then its lines, as far as they keep the first one's indentation."""
+
+_PASS_KEY = re.compile(
+    r"(?i)pass(?<![A-Za-z0-9]pass)[\"']?[^\S\r\n]*=[^\S\r\n]*[\"']?"
+    r"(?P<value>(?!(?:[0-9./%:-]+|true|false|yes|no|on|off|none|null|nil|ok|done|skip\w*|fail\w*"
+    r"|pass\w*|%s|\$[0-9]+|\?)(?:[\s,;&\"']|$))[^\s,;&\"'=]{1,256})"
+)
+"""A key ending in "pass" as text writes it, key=value (``DB_PASS=...``, ``smtp.pass=...``): not a
+count, a fraction, a state or a placeholder (``pass=10``, ``FIRST_PASS=done``, ``bypass=3``)."""
+
 DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # PEM private-key blocks and PGP private-key blocks; one cut by a size cap is masked to its end
     re.compile(
@@ -183,7 +225,9 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         re.DOTALL,
     ),
     # Provider keys and tokens by their prefix, one scan for all: OpenAI (sk-, sk-proj-,
-    # sk-svcacct-), Anthropic (sk-ant-) and rk-/pk- keys of the same shape, those with a digit (not
+    # sk-svcacct-; with a capital or a run of 16 letters and digits, not a Kubernetes pod's name
+    # such as sk-learn-worker-7f9c8d6b5-x2k4z), Anthropic (sk-ant-) and rk-/pk- keys of the same
+    # shape, those with a digit (not
     # a slug such as "pk-value-of-the-first-column"); Stripe secret and restricted keys, webhook
     # secrets; Google API keys and OAuth client secrets; GitHub; Slack; Hugging Face, GitLab, Groq,
     # xAI and npm tokens; Google OAuth access tokens; SendGrid, HashiCorp Vault, PyPI, Shopify,
@@ -191,7 +235,8 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(
         r"(?=[srpwAGgxhnySltd])"
         + _START
-        + r"(?:sk-[A-Za-z0-9_-]{20,}|(?:rk|pk)-(?=[A-Za-z_-]{0,64}[0-9])[A-Za-z0-9_-]{20,}"
+        + r"(?:sk-(?=[a-z0-9_-]{0,256}?(?:[A-Z]|[a-z0-9]{16}))[A-Za-z0-9_-]{20,}"
+        r"|(?:rk|pk)-(?=[A-Za-z_-]{0,64}[0-9])[A-Za-z0-9_-]{20,}"
         r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{16,}"
         r"|AIza[0-9A-Za-z_-]{30,}|GOCSPX-[A-Za-z0-9_-]{20,}"
         r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
@@ -266,13 +311,16 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(
         r"://(?P<value>[^/\s:@?#]*:(?![0-9]+(?:[/?#\s]|$))(?:[^\s?#\"\\]{0,256}|[^\s@/\"\\]{0,256}))(?=@)"
     ),
+    # a token as a URL's whole user info (git clone https://<token>@github.com/...): 20 characters
+    # or more holding a digit (a user name is shorter: git@, deploy@)
+    re.compile(r"://(?P<value>(?=[A-Za-z0-9_-]{0,256}[0-9])[A-Za-z0-9_-]{20,256})@"),
     # Authorization / Cookie / Set-Cookie / API-key header values: the rest of the header line
-    # (also in a (name, value) pair)
+    # (also in a (name, value) pair), quoted cookie values (sid="2|1:0|...") included
     re.compile(
         r"(?i)(?=[apcsxoi])(?:\b(?:proxy-)?(?:authorization|set-cookie|cookie|x-api-key|x-honeycomb-team"
         r"|(?:ocp-apim-|signoz-)?(?:subscription|ingestion)-key)"
         r"(?:[\"']?\s*[:=]\s*[\"']?|[\"']\s*,\s*b?[\"']))"
-        r"(?P<value>[^\s\"'\\][^\r\n\"'\\]*)"
+        r"(?P<value>[^\s\"'\\](?:[^\r\n\"'\\]|(?<==)\"[^\"\r\n\\]{0,4096}\")*)"
     ),
     # bearer / basic credentials anywhere (a token with a digit, or a long one); a basic one is
     # base64 ("a basic example." is not a credential)
@@ -305,26 +353,34 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)*"
         r"|(?:\{[^{}\r\n\"']{1,256}\}(?=;|$)"
         r"|(?:[\w.-]+[^\S\r\n]*[:=][^\S\r\n]+)?"
+        r"(?![|>][0-9+-]{0,2}[^\S\r\n]*(?:\r?\n|$))"  # a YAML block scalar's indicator (_YAML_BLOCK_SECRET)
         r"(?!(?:none|null|nil|undefined|%s|\$[0-9]+|\?)(?![^\s,;&}\])\"']|[,;&}\])][0-9!#%^*+~@]))"
         r"[^\s,;&}\])\"'{\[(=](?:[^\s,;&}\])\"']|[,;&}\])](?=[0-9!#%^*+~@]))*)))"
         r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])./>?!|&<\"'\\]|$)|$))"
     ),
+    _YAML_BLOCK_SECRET,
+    _PASS_KEY,
     # a secret said in words, as a memory or a message says it ("my password is Tr0ub4dor&3", "the
-    # user's API key is 9f8e...", "API key: 9f8e..."): a value of 6 characters or more (12 after a
-    # name and a colon: "Private key: RSA-2048" is a description) holding a digit, not a size
-    # ("8-64 characters", "32-byte hex")
+    # user's API key is 9f8e...", "the password for the db is ...", "API key: 9f8e..."; 12
+    # characters or more after a name and a colon: "Private key: RSA-2048" is a description)
     re.compile(
         r"(?i)(?=[pasrb])\b(?:(?:password|passphrase|passcode|api[ _-]?key|secret(?:[ _-]?key)?"
-        r"|(?:access|auth|bearer|refresh|api|bot)[ _-]?token)[^\S\r\n]+(?:is|was)[^\S\r\n]+"
-        r"|(?:api|secret|access|private)[ ]key[\"']?[^\S\r\n]*[:=][^\S\r\n]*(?=[\"']?[^\s\"'<>]{12}))[\"']?"
-        r"(?P<value>(?=[^\s\"'<>]{0,64}[0-9])(?![^\s\"'<>]{0,64}-(?:digit|byte|bit|char|character|signed)s?\b)"
-        r"[^\s\"'<>]{6,})"
+        r"|(?:access|auth|bearer|refresh|api|bot)[ _-]?token)" + _SAID_FOR + r"[^\S\r\n]+(?:is|was)[^\S\r\n]+"
+        r"|(?:api|secret|access|private)[ ]key[\"']?[^\S\r\n]*[:=][^\S\r\n]*(?=[\"']?[^\s\"'<>]{12}))"
+        + _SAID_VALUE
     ),
+    _SOMEONES_TOKEN,
 )
 
-_REQUIRED_TEXT = {_JWT: "eyJ", _TELEGRAM_BOT_TOKEN: ":A"}
-"""Text every match of a pattern holds, for a pattern that may start at any word: a view without
-it is not scanned by that pattern."""
+_REQUIRED_TEXT = {
+    _JWT: "eyj",
+    _TELEGRAM_BOT_TOKEN: ":a",
+    _SOMEONES_TOKEN: "token",
+    _YAML_BLOCK_SECRET: "\n",
+    _PASS_KEY: "pass",
+}
+"""Text every match of a pattern holds (case-folded), for a pattern that may start at any word: a
+view without it is not scanned by that pattern."""
 
 _SCANS = tuple(
     (
@@ -480,10 +536,11 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
     """Spans of ``text`` that hold a secret, in any of its encodings (sorted, merged)."""
     spans: list[tuple[int, int]] = []
     for view in _views(text):
-        if not _QUICK_CHECK.search(view.text.casefold()):
+        folded = view.text.casefold()
+        if not _QUICK_CHECK.search(folded):
             continue
         for pattern, group, about_suffix, named, required in _SCANS:
-            if required not in view.text:
+            if required not in folded:
                 continue
             for match in _matches(pattern, view.text, about_suffix, named):
                 start, end = match.span(group)

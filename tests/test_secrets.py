@@ -75,6 +75,15 @@ def _jwt() -> Secret:
     return Secret("jwt", token, (token.split(".", 1)[1],))
 
 
+def _jwe() -> Secret:
+    """A compact JWE (a NextAuth session cookie's shape): header, encrypted key (empty with
+    ``dir``), IV, ciphertext, tag."""
+    header = base64.urlsafe_b64encode(b'{"alg":"dir","enc":"A256GCM"}').decode().rstrip("=")
+    ciphertext = _random(ALNUM + "-_", 120)
+    token = f"{header}..{_random(ALNUM + '-_', 16)}.{ciphertext}.{_random(ALNUM + '-_', 22)}"
+    return Secret("jwe", token, (ciphertext,))
+
+
 def _plain(kind: str, make: Callable[[], str]) -> Callable[[], Secret]:
     def build() -> Secret:
         value = make()
@@ -123,6 +132,12 @@ SECRETS: tuple[Callable[[], Secret], ...] = (
     _plain("stripe", lambda: "sk_live_" + _random(ALNUM, 24)),
     _pem,
     _jwt,
+    _jwe,
+    _labelled(
+        "git-token-url",
+        "git clone https://{}@github.com/kaos/agents.git",
+        lambda: _random(string.digits, 2) + _random(ALNUM, 38),
+    ),
     _labelled("url-credentials", "postgres://app:{}@db.internal:5432/prod", lambda: _random(ALNUM, 20)),
     _labelled("authorization-bearer", "Authorization: Bearer {}", lambda: _random(ALNUM + "._-", 40)),
     _labelled(
@@ -443,6 +458,17 @@ def test_false_positive_rate_on_benign_text_is_measured_and_low() -> None:
         "/login?password_attempts=3&2fa_token=4f9a8b7c6d5e",  # after a key about a secret
         "%1B%5B36mpassword%1B%5B0m=hunter2x9",  # colour codes, URL-encoded
         "https://legacy.example.com/api?user=u&pass=hunter2x%40",
+        # left by the last review, masked since: a key ending in PASS, secrets said in other
+        # words, a YAML block, a quoted cookie value
+        "DB_PASS=hunter2x",
+        "smtp.pass = 'hunter2x'",
+        "my token is abc123xyz987",
+        "the user\u2019s token is abc123xyz987",
+        "the password for the db is hunter2x&3",
+        "API key for OpenAI was abc123xyz987",
+        "password: |\n  hunter2x\n  hunter2x again\nuser: app",
+        "  - api_key: >-\n      abc123xyz987\n    region: eu",
+        'Cookie: sid="2|1:0|10:1700000000|3:sid|16:abc123xyz987";',
     ],
 )
 def test_a_secret_under_a_key_with_a_suffix_is_masked(text: str) -> None:
@@ -458,6 +484,15 @@ def test_a_quoted_secret_inside_json_text_is_masked(value: object) -> None:
     """A quoted value ends where its quote does, also when the quote is escaped in JSON text (a
     list of environment lines set as one attribute): the string's own closing quote follows."""
     assert "hunter2" not in default_redactor(json.dumps(value))
+
+
+def test_a_quoted_cookie_value_is_masked_and_the_next_field_kept() -> None:
+    """A cookie's quoted value is part of the header's value; a JSON string holding the header
+    still ends at its own quote."""
+    header = 'Cookie: sid="2|1:0|16:abc123xyz987"; theme=dark'
+    assert default_redactor(header) == f"Cookie: {REDACTED}"
+    as_json = json.dumps({"cookie": 'sid="abc123xyz987"', "note": "kept"})
+    assert default_redactor(as_json) == '{"cookie": "' + REDACTED + '", "note": "kept"}'
 
 
 @pytest.mark.parametrize(
@@ -510,6 +545,14 @@ def test_a_value_ends_where_the_next_pair_starts(text: str) -> None:
         "Invalid API key: Unauthorized",
         "Password is 8-64 characters",
         "API key is 32-byte hex",
+        "API key: sha256-hashed",
+        "Private key: ed25519",
+        "the next token is 128000",
+        "pod sk-learn-worker-7f9c8d6b5-x2k4z restarted",
+        "FIRST_PASS=done",
+        "PASS=true",
+        "description: |\n  the password is set by the operator\n",
+        "ssh://git@github.com/kaos/agents.git",
     ],
 )
 def test_text_about_a_secret_is_left_alone(text: str) -> None:
@@ -542,6 +585,13 @@ def test_text_about_a_secret_is_left_alone(text: str) -> None:
         "\x1b[1m",
         "1234567890:A",
         "://a:b?",
+        "my token is 1",
+        "password for x is ",
+        "DB_PASS=a",
+        "password: |\n ",
+        "eyJaaaaaaaa.",
+        "://a1a1a1a1a1a1a1a1a1a1",
+        'Cookie: a="',
     ],
 )
 def test_scanning_hostile_text_costs_time_in_proportion_to_its_length(unit: str) -> None:
