@@ -493,9 +493,6 @@ class SpanFactory:
             except StopIteration as stop:
                 handle.success()
                 return stop.value
-            except GeneratorExit:
-                handle.success()
-                raise
             except BaseException as exc:
                 handle.failure(exc)
                 raise
@@ -541,9 +538,6 @@ class SpanFactory:
                         to_throw = exc
             except StopAsyncIteration:
                 handle.success()
-            except GeneratorExit:
-                handle.success()
-                raise
             except BaseException as exc:
                 handle.failure(exc)
                 raise

@@ -27,6 +27,7 @@ from kaos_otel import (
     MemoryScope,
     MemoryTier,
     SpanHandle,
+    catalog,
     run_in_executor_in_context,
     submit_in_context,
     wrap_in_context,
@@ -301,12 +302,15 @@ def test_generator_protocol_send_throw_close_and_return(
     assert next(gen) == "ready"
     assert gen.send("a") == "got a"
     assert gen.throw(ValueError("boom")) == "got handled boom"
-    gen.close()  # closing early ends the span (not as an error)
+    gen.close()  # closing early ends the span canceled (not as an error)
     assert list(delegate()) == [1, 42]
 
     spans = collect(otel, otlp_receiver, 2)
     assert one(spans, "echo").status_code == "UNSET"
+    assert one(spans, "echo").attributes[catalog.KAOS_OUTCOME] == "canceled"
+    assert one(spans, "echo").attributes[catalog.ERROR_TYPE] == "GeneratorExit"
     assert one(spans, "returns").status_code == "UNSET"
+    assert catalog.ERROR_TYPE not in one(spans, "returns").attributes
 
 
 async def test_generator_cleanup_on_early_close_runs_inside_its_span(
@@ -367,6 +371,9 @@ async def test_async_generator_closed_early_ends_span(
     await agen.aclose()  # type: ignore[attr-defined]
     span = one(collect(otel, otlp_receiver, 1), "stream")
     assert span.status_code == "UNSET"
+    assert span.attributes[catalog.KAOS_OUTCOME] == "canceled"  # as a `with` block closed early is
+    assert span.attributes[catalog.ERROR_TYPE] == "GeneratorExit"
+    assert not span.events
     assert current_name() is None
 
 
