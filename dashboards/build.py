@@ -321,7 +321,8 @@ SECTIONS: tuple[Section, ...] = (
             ),
             _panel(
                 "Memory latency p95 by tier",
-                "95th percentile of memory operation duration in seconds. Alert: above 2.5 s.",
+                "95th percentile of memory operation duration in seconds. Alerts: above 250 ms (short_term), "
+                "2.5 s (medium_term, long_term).",
                 Quantiles(c.KAOS_MEMORY_OPERATION_DURATION, ("p95",), (TIER,)),
             ),
             _panel(
@@ -397,6 +398,38 @@ def ratio_promql(query: Percent) -> str:
     part = _prom_selector(query.metric, (*query.within, *query.where), series, variables=False)
     whole = _prom_selector(query.metric, query.within, series, variables=False)
     return zero_filled_ratio(f"sum{by} (rate({part}[5m]))", f"sum{by} (rate({whole}[5m]))")
+
+
+def _prom_selector(
+    metric: str, where: Iterable[tuple[str, tuple[str, ...]]], series: str, *, variables: bool = True
+) -> str:
+    """``series`` with matchers for ``where`` and, for a dashboard, its variables."""
+    matchers = []
+    if variables:
+        allowed = c.METRICS_BY_NAME[metric].attributes
+        matchers.append('job=~"$job"')
+        matchers += [f'{c.prometheus_label(v.key)}=~"${v.name}"' for v in VARIABLES if v.key in allowed]
+    for key, values in dict(where).items():  # a label given twice: the later (narrower) matcher
+        label = c.prometheus_label(key)
+        matchers.append(f'{label}="{values[0]}"' if len(values) == 1 else f'{label}=~"{"|".join(values)}"')
+    return f"{series}{{{', '.join(matchers)}}}" if matchers else series
+
+
+SHORT_TERM_TIER = ((TIER, (c.MemoryTier.SHORT_TERM.value,)),)
+LASTING_TIERS = ((TIER, (c.MemoryTier.MEDIUM_TERM.value, c.MemoryTier.LONG_TERM.value)),)
+"""The memory tiers each latency alert watches: the short-term window takes milliseconds, the
+others may wait seconds on a store or an embedder (one threshold would leave a short-term
+slowdown of 250 times silent)."""
+
+
+def _memory_p95_promql(tiers: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    """p95 memory operation latency per job, tier and operation over 5 minutes, on ``tiers``."""
+    series = _prom_bucket(c.KAOS_MEMORY_OPERATION_DURATION)
+    selector = _prom_selector(c.KAOS_MEMORY_OPERATION_DURATION, tiers, series, variables=False)
+    return (
+        f"histogram_quantile(0.95, sum by (le, job, {_p(TIER)}, {_p(c.KAOS_MEMORY_OPERATION)}) "
+        f"(rate({selector}[5m])))"
+    )
 
 
 ALERTS: tuple[Alert, ...] = (
@@ -496,17 +529,36 @@ ALERTS: tuple[Alert, ...] = (
         severity="warning",
         summary="{service}: {tier} memory p95 latency of {operation} is above 2.5 s",
         description=(
-            "The 95th percentile of kaos.memory.operation.duration for one memory tier and operation "
-            "stayed above 2.5 seconds. Long-term operations wait on the embedder and the vector "
-            "store; short-term ones should take milliseconds."
+            "The 95th percentile of kaos.memory.operation.duration for one medium- or long-term "
+            "memory operation stayed above 2.5 seconds. Long-term operations wait on the embedder "
+            "and the vector store, medium-term ones on the relational store."
         ),
-        query=Quantiles(c.KAOS_MEMORY_OPERATION_DURATION, ("p95",), (TIER, c.KAOS_MEMORY_OPERATION)),
+        query=Quantiles(
+            c.KAOS_MEMORY_OPERATION_DURATION, ("p95",), (TIER, c.KAOS_MEMORY_OPERATION), LASTING_TIERS
+        ),
         threshold=2.5,
         unit="s",
-        promql=(
-            f"histogram_quantile(0.95, sum by (le, job, {_p(TIER)}, {_p(c.KAOS_MEMORY_OPERATION)}) "
-            f"(rate({_prom_bucket(c.KAOS_MEMORY_OPERATION_DURATION)}[5m])))"
+        promql=_memory_p95_promql(LASTING_TIERS),
+        for_="10m",
+        signoz_eval_window="10m",
+        signoz_match="on_average",
+    ),
+    Alert(
+        name="KaosShortTermMemoryLatencyP95High",
+        slug="short-term-memory-latency-p95",
+        severity="warning",
+        summary="{service}: short_term memory p95 latency of {operation} is above 250 ms",
+        description=(
+            "The 95th percentile of kaos.memory.operation.duration for one short-term memory "
+            "operation stayed above 250 ms. The session window is read and written on every turn "
+            "and should take milliseconds: the relational store is slow or locked."
         ),
+        query=Quantiles(
+            c.KAOS_MEMORY_OPERATION_DURATION, ("p95",), (TIER, c.KAOS_MEMORY_OPERATION), SHORT_TERM_TIER
+        ),
+        threshold=0.25,
+        unit="s",
+        promql=_memory_p95_promql(SHORT_TERM_TIER),
         for_="10m",
         signoz_eval_window="10m",
         signoz_match="on_average",
@@ -1017,21 +1069,6 @@ def prometheus_rules() -> str:
 
 # --- Grafana ------------------------------------------------------------------------------
 _GRAFANA_VARIABLE_SOURCE = {A: c.KAOS_REQUESTS, MODEL: c.KAOS_MODEL_CALLS, TIER: c.KAOS_MEMORY_OPERATIONS}
-
-
-def _prom_selector(
-    metric: str, where: Iterable[tuple[str, tuple[str, ...]]], series: str, *, variables: bool = True
-) -> str:
-    """``series`` with matchers for ``where`` and, for a dashboard, its variables."""
-    matchers = []
-    if variables:
-        allowed = c.METRICS_BY_NAME[metric].attributes
-        matchers.append('job=~"$job"')
-        matchers += [f'{c.prometheus_label(v.key)}=~"${v.name}"' for v in VARIABLES if v.key in allowed]
-    for key, values in dict(where).items():  # a label given twice: the later (narrower) matcher
-        label = c.prometheus_label(key)
-        matchers.append(f'{label}="{values[0]}"' if len(values) == 1 else f'{label}=~"{"|".join(values)}"')
-    return f"{series}{{{', '.join(matchers)}}}" if matchers else series
 
 
 def _by(keys: Iterable[str], extra: Sequence[str] = ()) -> str:

@@ -29,6 +29,7 @@ EXPECTED_ALERTS = {
     "KaosModelCallFailureRateHigh",
     "KaosDelegationFailureRateHigh",
     "KaosMemoryLatencyP95High",
+    "KaosShortTermMemoryLatencyP95High",
     "KaosMemoryFailureRateHigh",
     "KaosTelemetryDropped",
 }

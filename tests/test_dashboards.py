@@ -95,7 +95,7 @@ def test_generated_files_are_up_to_date() -> None:
 def test_the_expected_files_exist() -> None:
     assert SIGNOZ_DASHBOARD.is_file() and GRAFANA_DASHBOARD.is_file() and PROMETHEUS_RULES.is_file()
     assert {r["alert"] for r in signoz_rules()} == {r["alert"] for r in prometheus_rules()}
-    assert len(SIGNOZ_ALERTS) == 8
+    assert len(SIGNOZ_ALERTS) == 9
 
 
 # --- 1. SigNoz's OpenAPI schemas ----------------------------------------------------------
@@ -804,7 +804,11 @@ def test_memory_tiers_have_latency_and_failure_panels_and_alerts() -> None:
     by_tier = [
         r["alert"] for r in signoz_rules() if catalog.KAOS_MEMORY_TIER in r["notificationSettings"]["groupBy"]
     ]
-    assert sorted(by_tier) == ["KaosMemoryFailureRateHigh", "KaosMemoryLatencyP95High"]
+    assert sorted(by_tier) == [
+        "KaosMemoryFailureRateHigh",
+        "KaosMemoryLatencyP95High",
+        "KaosShortTermMemoryLatencyP95High",
+    ]
 
 
 def test_the_checks_catch_wrong_names() -> None:
