@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import httpx
 import psycopg
@@ -452,12 +452,21 @@ async def test_a_slow_long_term_store_holds_no_thread_of_the_relational_tiers(
     long_term = LongTermMemory(otel, "http://127.0.0.1:9/v1", switch)
     memory = MemoryService("librarian", otel, RelationalStore("sqlite://"), long_term)
     await memory.start()
+    queued: list[object] = []  # what was handed to the long-term thread
+    submit = memory._long_term_thread.submit
+
+    def counted_submit(*args: Any, **kwargs: Any) -> Any:
+        queued.append(args)
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(memory._long_term_thread, "submit", counted_submit)
     loop = asyncio.get_running_loop()
     recalls = [
         asyncio.create_task(memory.recall(memory.owner(f"user-{i}", "s1"), MemoryScope.SESSION, "regions"))
         for i in range(12)
     ]
-    await asyncio.sleep(0.05)  # the recalls' relational reads are done; their Mem0 searches queue
+    while len(queued) < 12:  # the recalls' relational reads are done; their Mem0 searches queue
+        await asyncio.sleep(0.01)
     started = loop.time()
     await memory.remember(memory.owner("writer", "s1"), [Turn("user", "I prefer eu-west-1.")])
     relational_s = loop.time() - started
