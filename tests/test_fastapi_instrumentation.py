@@ -213,6 +213,51 @@ async def test_one_excluded_path_given_as_a_string_is_one_path(
     assert [span.name for span in _server_spans(otlp_receiver)] == ["GET /"]
 
 
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {"OTEL_PYTHON_EXCLUDED_URLS": "internal, (unclosed"},
+        {"OTEL_PYTHON_FASTAPI_EXCLUDED_URLS": "agent/internal", "OTEL_PYTHON_EXCLUDED_URLS": "nothing"},
+    ],
+)
+async def test_urls_excluded_by_the_opentelemetry_variables_get_no_span(
+    make_otel: MakeOtel,
+    otlp_receiver: OtlpReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    variables: dict[str, str],
+) -> None:
+    """``OTEL_PYTHON_FASTAPI_EXCLUDED_URLS`` (else ``OTEL_PYTHON_EXCLUDED_URLS``) work as with
+    OpenTelemetry's FastAPI instrumentation: regular expressions searched in the URL. One that does
+    not compile is left out with a warning, the others still apply."""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    otel = make_otel()
+    app = FastAPI()
+
+    @app.get("/internal/metrics")
+    async def internal() -> dict[str, str]:
+        return {}
+
+    @app.get("/ask")
+    async def ask() -> dict[str, str]:
+        return {}
+
+    instrument_app(app, otel)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client:
+        assert (await client.get("/internal/metrics")).status_code == 200
+        assert (await client.get("/ask")).status_code == 200
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 1, 10)
+    assert [span.name for span in _server_spans(otlp_receiver)] == ["GET /ask"]
+    left_out = [r.getMessage() for r in caplog.records if "excluded URL pattern" in r.getMessage()]
+    expected = "kaos-otel: excluded URL pattern '(unclosed' left out: missing ), unterminated subpattern"
+    if "(unclosed" in str(variables):
+        assert len(left_out) == 1 and left_out[0].startswith(expected), left_out
+    else:
+        assert left_out == []
+
+
 class ClientGone(OSError):
     """What an ASGI 2.4 server's ``send`` raises once the client has gone."""
 

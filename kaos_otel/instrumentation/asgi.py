@@ -13,7 +13,9 @@ that client left).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+import os
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -80,6 +82,9 @@ class TraceContextMiddleware:
         baggage_allowlist: Iterable[str] | None = None,
         excluded_paths: Iterable[str] = ("/health", "/ready"),
     ) -> None:
+        """``excluded_paths``: paths served without a span; URLs matching
+        ``OTEL_PYTHON_FASTAPI_EXCLUDED_URLS`` (else ``OTEL_PYTHON_EXCLUDED_URLS``) too, as with
+        OpenTelemetry's own HTTP server instrumentations."""
         self.app = app
         self._otel = otel
         settings = getattr(otel, "settings", None)
@@ -90,6 +95,7 @@ class TraceContextMiddleware:
             name_set(baggage_allowlist) if baggage_allowlist is not None else default_allowlist
         )
         self._excluded = name_set(excluded_paths)
+        self._excluded_urls = _excluded_url_pattern(os.environ)
         self._warned = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -97,7 +103,9 @@ class TraceContextMiddleware:
             await self.app(scope, receive, send)
             return
         root_path = scope.get("root_path", "")  # a proxy's prefix (uvicorn --root-path)
-        if _route_path(scope.get("path", ""), root_path) in self._excluded:
+        if _route_path(scope.get("path", ""), root_path) in self._excluded or (
+            self._excluded_urls is not None and self._excluded_urls.search(_url(scope))
+        ):
             await self.app(scope, receive, send)
             return
         try:
@@ -245,6 +253,36 @@ def _name_by_route(handle: SpanHandle, scope: Scope, root_path: str) -> None:
         handle.set_attribute(catalog.HTTP_ROUTE, template)
     except Exception as exc:
         internal_error("naming a server span", exc)
+
+
+_EXCLUDED_URLS_VARIABLES = ("OTEL_PYTHON_FASTAPI_EXCLUDED_URLS", "OTEL_PYTHON_EXCLUDED_URLS")
+
+
+def _excluded_url_pattern(env: Mapping[str, str]) -> re.Pattern[str] | None:
+    """The URLs served without a span, as OpenTelemetry's HTTP server instrumentations read them:
+    comma-separated regular expressions searched in ``scheme://host[:port]/path``, from the first
+    of :data:`_EXCLUDED_URLS_VARIABLES` that is set. An expression that does not compile is left
+    out, with a warning."""
+    raw = next((env[name] for name in _EXCLUDED_URLS_VARIABLES if env.get(name, "").strip()), "")
+    patterns = []
+    for pattern in (part.strip() for part in raw.split(",")):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            _log.warning("kaos-otel: excluded URL pattern %r left out: %s", pattern, exc)
+            continue
+        if pattern:
+            patterns.append(pattern)
+    return re.compile("|".join(f"(?:{pattern})" for pattern in patterns)) if patterns else None
+
+
+def _url(scope: Scope) -> str:
+    """The request's URL as the excluded-URL patterns see it: ``scheme://host[:port]/path``."""
+    host, port = scope.get("server") or ("0.0.0.0", 80)
+    scheme = scope.get("scheme", "http")
+    default_port = 443 if scheme in ("https", "wss") else 80
+    authority = host if port in (None, default_port) else f"{host}:{port}"
+    return f"{scheme}://{authority}{scope.get('path', '')}"
 
 
 def _span_method(scope: Scope) -> str:
