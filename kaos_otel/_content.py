@@ -297,20 +297,18 @@ class ContentPolicy:
         return remember(self._cleaned_keys, key, self.redactor(key))
 
     def exception_attributes(self, exc: BaseException) -> dict[str, AttributeValue]:
-        """``exception.*`` attributes; the message only when content capture is on (otherwise the
-        stack trace keeps its frames and the exception type, without the message)."""
+        """``exception.*`` attributes; the message only when content capture is on (otherwise no
+        ``exception.message``, and the stack trace keeps its frames and the exception type, without
+        the message)."""
         exc_type = type(exc)
+        attributes: dict[str, AttributeValue] = {"exception.type": _qualified_name(exc_type)}
         if self.capture.enabled:
-            message = safe_str(exc)
+            attributes["exception.message"] = self.bound_size(safe_str(exc), self.max_value_length)
             stack = "".join(traceback.format_exception(exc_type, exc, exc.__traceback__))
         else:
-            message = ""
             stack = _stack_without_messages(exc)
-        return {
-            "exception.type": _qualified_name(exc_type),
-            "exception.message": self.bound_size(message, self.max_value_length),
-            "exception.stacktrace": self.bound_size(stack, self.max_value_length),
-        }  # no exception.escaped: deprecated by the conventions
+        attributes["exception.stacktrace"] = self.bound_size(stack, self.max_value_length)
+        return attributes  # no exception.escaped: deprecated by the conventions
 
 
 def _masked_arguments(arguments: Sequence[object], cleaned: list[str]) -> tuple[str, ...]:

@@ -43,7 +43,9 @@ from kaos_otel.exporters import (
     otlp_span_exporter,
 )
 from kaos_otel.exporters.health import Signal
-from kaos_otel.exporters.pipeline import redacted_resource, sanitizing_metric_exporter
+from kaos_otel.exporters.pipeline import host_layer_added, redacted_resource, sanitizing_metric_exporter
+
+_log = logging.getLogger("kaos_otel")
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 LOG_EXPORT_BATCH_SIZE = 128
@@ -264,6 +266,7 @@ class ExportPipeline:
                 _EXPORT_SETTINGS[provider] = self._export_settings(signal)
         self._warn_resource_not_applied(resource)
         self._warn_export_not_applied()
+        self._warn_not_sanitized()
         self._warn_unexported()
         if bridge_logging and self._logs_leave_the_process():
             self._bridge_logging(policy)
@@ -341,6 +344,30 @@ class ExportPipeline:
                 "instead",
                 level=logging.WARNING,
             )  # fmt: skip
+
+    def _warn_not_sanitized(self) -> None:
+        """Say once when spans or logs go to providers kaos-otel did not build and no exporter of
+        the process was wrapped with :func:`~kaos_otel.sanitized_exporter`: their exporters then
+        neither mask secrets nor cap sizes, and "private by default" would be off in silence."""
+        adopted = [
+            provider
+            for provider in (self.tracer_provider, self.logger_provider)
+            if not self._built(provider) and isinstance(provider, TracerProvider | LoggerProvider)
+        ]
+        if not adopted or host_layer_added():
+            return
+        by, by_kaos = _set_up_by(adopted)
+        if by_kaos:
+            return
+        log_once(
+            "not-sanitized",
+            "kaos-otel: the global providers were set up before kaos-otel (%s); their exporters do "
+            "not mask secrets nor cap sizes. Wrap each span and log exporter with "
+            "kaos_otel.sanitized_exporter(...), or run under opentelemetry-instrument with "
+            "OTEL_PYTHON_DISTRO=kaos",
+            by,
+            level=logging.WARNING,
+        )
 
     def _logs_leave_the_process(self) -> bool:
         """Whether log records given to the logger provider go anywhere: the host's provider, or
@@ -592,4 +619,18 @@ class ExportPipeline:
             # while someone can still read the count (the process may be about to exit).
             for processor in self._batches:
                 processor.abandon()
+        self._report_loss()
         return finished and flushed
+
+    def _report_loss(self) -> None:
+        """Say, once the providers are stopped, what was never exported: the loss metric itself
+        cannot leave a process whose collector was down."""
+        lost = self.health.snapshot()
+        if not any(lost.values()):
+            return
+        _log.warning(
+            "kaos-otel: telemetry lost over this process's life (kaos.telemetry.dropped): %s",
+            ", ".join(
+                f"{count} {signal} ({reason})" for (signal, reason), count in sorted(lost.items()) if count
+            ),
+        )

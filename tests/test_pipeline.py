@@ -610,6 +610,57 @@ def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
     assert {s.service_name for s in spans} == {"host-app"}  # exported once, by the host's pipeline
 
 
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_host_providers_without_the_content_safety_layer_are_said(wrapped: bool) -> None:
+    """Spans and logs going to a host's providers whose exporters no one wrapped would leave the
+    process unmasked: the manager says so once, with the fix; not once a host added the layer."""
+    exporter = "sanitized_exporter(ConsoleSpanExporter())" if wrapped else "ConsoleSpanExporter()"
+    result = run_python(
+        f"""
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor, ConsoleSpanExporter
+        from kaos_otel import KaosOtelManager, sanitized_exporter
+
+        host = TracerProvider()
+        host.add_span_processor(SimpleSpanProcessor({exporter}))
+        trace.set_tracer_provider(host)
+        otel = KaosOtelManager("kaos-side")
+        KaosOtelManager("second")
+        otel.shutdown(timeout=2)
+        """,
+        clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    notices = [line for line in result.stderr.splitlines() if "do not mask secrets" in line]
+    if wrapped:
+        assert notices == []
+    else:
+        assert len(notices) == 1, result.stderr
+        assert "by opentelemetry-instrument or the application" in notices[0]
+        assert "kaos_otel.sanitized_exporter" in notices[0] and "OTEL_PYTHON_DISTRO=kaos" in notices[0]
+
+
+def test_shutdown_says_what_was_never_exported(closed_port: int) -> None:
+    """With the collector down the loss metric cannot leave the process either: shutdown says
+    what was lost, by signal and reason, on the process's own log."""
+    result = run_python(
+        f"""
+        import logging
+        from kaos_otel import KaosOtelManager
+        otel = KaosOtelManager("lossy", endpoint="http://127.0.0.1:{closed_port}")
+        for i in range(20):
+            with otel.span(f"s{{i}}"):
+                logging.getLogger("app").warning("w %d", i)
+        otel.shutdown(timeout=2)
+        """,
+        clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "telemetry lost" in line]
+    assert "20 traces (" in line and "20 logs (" in line, line
+
+
 def test_two_managers_on_the_global_providers_export_each_log_once(otlp_receiver: OtlpReceiver) -> None:
     result = run_python(
         """

@@ -520,6 +520,16 @@ def _text_size(text: str) -> int:
     return len(text) if text.isascii() else 4 * len(text)
 
 
+_HOST_LAYER_ADDED = False
+"""Whether this process wrapped an exporter with :func:`sanitized_exporter` (a host adding the
+content-safety layer to providers of its own)."""
+
+
+def host_layer_added() -> bool:
+    """Whether an exporter of this process was wrapped with :func:`sanitized_exporter`."""
+    return _HOST_LAYER_ADDED
+
+
 @overload
 def sanitized_exporter(
     exporter: SpanExporter, policy: ContentPolicy | None = None, health: TelemetryHealth | None = None
@@ -550,6 +560,8 @@ def sanitized_exporter(
     providers the same way, with ``policy=otel.content_policy``. Metric label values of kaos-otel's
     instruments are checked where they are recorded, whoever owns the meter provider.
     """
+    global _HOST_LAYER_ADDED
+    _HOST_LAYER_ADDED = True
     policy = policy or policy_from_env()
     health = health or TelemetryHealth()
     if isinstance(exporter, SpanExporter):
