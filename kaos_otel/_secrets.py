@@ -179,44 +179,71 @@ def secret_arguments(arguments: Sequence[str]) -> Iterator[int]:
             yield index + 1
 
 
-_SAID_FOR = r"(?:[^\S\r\n]+(?:for|of|to)[^\S\r\n]+(?:(?:the|my|our|your|this|that)[^\S\r\n]+)?[\w.-]{1,32})?"
-"""What a secret said in words is for, between its name and "is": "the password for the db is"."""
+_SAID_FOR = r"(?:[^\S\r\n]+(?:for|of|to)(?:[^\S\r\n]+[\w.@-]{1,32}){1,4}?)?"
+"""What a secret said in words is for, between its name and "is": "the password for the db is",
+"the password of user admin is" (up to four words)."""
 
 _SAID_VALUE = (
     r"[\"']?(?P<value>(?=[^\s\"'<>]{0,64}[0-9])"
     r"(?![^\s\"'<>]{0,64}-(?:digit|byte|bit|char|character|signed)s?\b)"
-    r"(?!(?:sha|md|blake|hmac|rsa|ecdsa|ed|aes|argon|pbkdf)[0-9]{0,4}(?:-[a-z]{2,16}){0,3}(?![^\s\"'<>]))"
+    r"(?!(?-i:(?:sha|SHA)(?:1|224|256|384|512)|(?:md|MD)5|(?:ed|Ed)25519|(?:aes|AES)-?(?:128|192|256)"
+    r"|(?:rsa|RSA)-?(?:2048|3072|4096)|(?:hmac|HMAC)-(?:sha|SHA)(?:256|512))"
+    r"(?:-(?-i:hashed|hash|encrypted|encoded|signed|digest|gcm|GCM|cbc|CBC|bits?))?(?![^\s\"'<>]))"
     r"[^\s\"'<>]{6,})"
 )
 """The value of a secret said in words: 6 characters or more holding a digit, not a size ("8-64
-characters", "32-byte hex") nor an algorithm ("sha256-hashed", "ed25519")."""
+characters", "32-byte hex") nor an algorithm's name ("sha256-hashed", "ed25519", "AES-256-GCM")."""
+
+_SAID_IS = r"[^\S\r\n]+(?:is|was):?[^\S\r\n]+"
+"""The verb a secret said in words comes after: "is", "was", "is:"."""
 
 _SOMEONES_TOKEN = re.compile(
-    r"(?i)token(?:(?<=\bmy token)|(?<=\bour token)|(?<=\byour token)|(?<=\btheir token)"
-    r"|(?<=\w's token)|(?<=\w\u2019s token))"
-    + _SAID_FOR
-    + r"[^\S\r\n]+(?:is|was)[^\S\r\n]+"
-    + _SAID_VALUE
+    r"(?i)token" + _SAID_FOR + _SAID_IS + r"(?=[\"']?[^\s\"'<>]{0,64}[A-Za-z])" + _SAID_VALUE
 )
-"""A token said in words, someone's ("my token is ...", "the user's token is ..."): a bare "token"
-may be a model's ("the next token is 128000")."""
+"""A token said in words, someone's (:data:`_SOMEONES`: "my token is ...", "my GitHub token is
+...", "the user's token is ..."): a bare "token" may be a model's ("the next token is 128000"),
+and so may a possessive one with a number ("the model's token is 128009"): the value holds a
+letter."""
+
+_SOMEONES = re.compile(
+    r"(?i)(?:\b(?:my|our|your|their|his|her)|\w['\u2019]s)(?:[^\S\r\n]+[\w.-]{1,32}){0,2}?[^\S\r\n]+\Z"
+)
+"""What precedes a token said to be someone's: a possessive, and up to two words ("my GitHub")."""
 
 _YAML_BLOCK_SECRET = re.compile(
-    r"(?m)^[^\S\r\n]*(?:-[^\S\r\n]+)?[\"']?"
+    r"(?m)(?:^[^\S\r\n]*|(?<=[\"']))(?:-[^\S\r\n]+)?[\"']?"
     r"(?P<name>(?=[\w.-]{0,64}?(?i:pass|pwd|secret|key|token|credential))[\w.-]{1,64})[\"']?"
-    r"[^\S\r\n]*:[^\S\r\n]*[|>][0-9+-]{0,2}[^\S\r\n]*\r?\n(?P<indent>[^\S\r\n]+)"
-    r"(?P<value>\S[^\r\n]{0,4096}(?:\r?\n(?P=indent)[^\r\n]{1,4096}){0,64})"
+    r"[^\S\r\n]*:(?:[^\S\r\n]+[!&][^\s]{0,64}){0,2}[^\S\r\n]*[|>][0-9+-]{0,2}[^\S\r\n]*(?:#[^\r\n]{0,256})?"
+    r"(?:\r?\n[^\S\r\n]*){0,8}?\r?\n(?P<indent>[^\S\r\n]+)"
+    r"(?P<value>\S[^\r\n]{0,4096}(?:(?:\r?\n[^\S\r\n]*){0,8}?\r?\n(?P=indent)[^\r\n]{1,4096}){0,64})"
 )
 """A YAML block scalar under a key naming a secret (as :func:`names_a_secret` reads it):
-``password: |`` or ``token: >-``, then its lines, as far as they keep the first one's indentation."""
+``password: |`` or ``token: >-`` (a tag, an anchor or a comment after the key too), then its
+lines, blank ones included, as far as they keep the first one's indentation; the key at a line's
+start, or inside a quoted string (a YAML file written through a tool call's JSON arguments)."""
 
 _PASS_KEY = re.compile(
-    r"(?i)pass(?<![A-Za-z0-9]pass)[\"']?[^\S\r\n]*=[^\S\r\n]*[\"']?"
-    r"(?P<value>(?!(?:[0-9./%:-]+|true|false|yes|no|on|off|none|null|nil|ok|done|skip\w*|fail\w*"
-    r"|pass\w*|%s|\$[0-9]+|\?)(?:[\s,;&\"']|$))[^\s,;&\"'=]{1,256})"
+    r"(?i)pass[\"']?[^\S\r\n]*[:=][^\S\r\n]*(?P<quote>[\"'])?"
+    r"(?!(?:none|null|nil|undefined|%s|\$[0-9]+|\?)(?:[\s,;&\"']|$))"
+    r"(?![|>][0-9+-]{0,2}[^\S\r\n]*(?:\r?\n|$))"
+    r"(?P<value>(?(quote)[^\"'\r\n]{1,256}|[^\s,;&\"'=]{1,256}))"
 )
-"""A key ending in "pass" as text writes it, key=value (``DB_PASS=...``, ``smtp.pass=...``): not a
-count, a fraction, a state or a placeholder (``pass=10``, ``FIRST_PASS=done``, ``bypass=3``)."""
+"""A key naming a service's or a user's password by "pass" (:data:`_PASS_OWNER` before it:
+``DB_PASS=...``, ``SMTP_PASS: ...``, ``"rootpass": "..."``), as text writes it, key=value, YAML
+or JSON: a bare ``pass`` is as often a count or a stage (``PASS=12``, ``LINT_PASS=clean``,
+``-pass=mem2reg``)."""
+
+_PASS_OWNER = re.compile(
+    r"(?i)(?<![A-Za-z0-9])(?:db|database|mysql|mariadb|pg|postgres|postgresql|redis|smtp|imap|mail"
+    r"|email|ftp|sftp|ssh|ldap|admin|root|user|login|app|amqp|rabbitmq|mongo|mongodb|proxy|wifi|vnc"
+    r"|bind|master)[_.-]?\Z"
+)
+"""Whose password a key ending in "pass" names: a service or a user, as the key's last word."""
+
+_PRECEDED = {_SOMEONES_TOKEN: (_SOMEONES, 80), _PASS_KEY: (_PASS_OWNER, 12)}
+"""For a pattern that starts at its literal, what must end where its match starts, and within how
+many characters before it: checked on each match, which is cheaper than trying the words before
+the literal at every position."""
 
 DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # PEM private-key blocks and PGP private-key blocks; one cut by a size cap is masked to its end
@@ -225,9 +252,7 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         re.DOTALL,
     ),
     # Provider keys and tokens by their prefix, one scan for all: OpenAI (sk-, sk-proj-,
-    # sk-svcacct-; with a capital or a run of 16 letters and digits, not a Kubernetes pod's name
-    # such as sk-learn-worker-7f9c8d6b5-x2k4z), Anthropic (sk-ant-) and rk-/pk- keys of the same
-    # shape, those with a digit (not
+    # sk-svcacct-), Anthropic (sk-ant-) and rk-/pk- keys of the same shape, those with a digit (not
     # a slug such as "pk-value-of-the-first-column"); Stripe secret and restricted keys, webhook
     # secrets; Google API keys and OAuth client secrets; GitHub; Slack; Hugging Face, GitLab, Groq,
     # xAI and npm tokens; Google OAuth access tokens; SendGrid, HashiCorp Vault, PyPI, Shopify,
@@ -235,8 +260,7 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(
         r"(?=[srpwAGgxhnySltd])"
         + _START
-        + r"(?:sk-(?=[a-z0-9_-]{0,256}?(?:[A-Z]|[a-z0-9]{16}))[A-Za-z0-9_-]{20,}"
-        r"|(?:rk|pk)-(?=[A-Za-z_-]{0,64}[0-9])[A-Za-z0-9_-]{20,}"
+        + r"(?:sk-[A-Za-z0-9_-]{20,}|(?:rk|pk)-(?=[A-Za-z_-]{0,64}[0-9])[A-Za-z0-9_-]{20,}"
         r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{16,}"
         r"|AIza[0-9A-Za-z_-]{30,}|GOCSPX-[A-Za-z0-9_-]{20,}"
         r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
@@ -311,9 +335,9 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(
         r"://(?P<value>[^/\s:@?#]*:(?![0-9]+(?:[/?#\s]|$))(?:[^\s?#\"\\]{0,256}|[^\s@/\"\\]{0,256}))(?=@)"
     ),
-    # a token as a URL's whole user info (git clone https://<token>@github.com/...): 20 characters
-    # or more holding a digit (a user name is shorter: git@, deploy@)
-    re.compile(r"://(?P<value>(?=[A-Za-z0-9_-]{0,256}[0-9])[A-Za-z0-9_-]{20,256})@"),
+    # a token as a URL's whole user info (git clone https://<token>@github.com/...): 32 characters
+    # or more holding a digit (a user name is shorter: git@, github-actions-bot-2024@)
+    re.compile(r"://(?P<value>(?=[A-Za-z0-9_-]{0,256}[0-9])[A-Za-z0-9_-]{32,256})@"),
     # Authorization / Cookie / Set-Cookie / API-key header values: the rest of the header line
     # (also in a (name, value) pair), quoted cookie values (sid="2|1:0|...") included
     re.compile(
@@ -353,7 +377,8 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"(?P<value>(?(quote)(?:(?!(?P=quote))[^\\\r\n]|\\.)*"
         r"|(?:\{[^{}\r\n\"']{1,256}\}(?=;|$)"
         r"|(?:[\w.-]+[^\S\r\n]*[:=][^\S\r\n]+)?"
-        r"(?![|>][0-9+-]{0,2}[^\S\r\n]*(?:\r?\n|$))"  # a YAML block scalar's indicator (_YAML_BLOCK_SECRET)
+        # a YAML block scalar's indicator (_YAML_BLOCK_SECRET), also JSON-escaped
+        r"(?![|>][0-9+-]{0,2}[^\S\r\n]*(?:#[^\r\n]*)?(?:\r?\n|\\[rn]|$))"
         r"(?!(?:none|null|nil|undefined|%s|\$[0-9]+|\?)(?![^\s,;&}\])\"']|[,;&}\])][0-9!#%^*+~@]))"
         r"[^\s,;&}\])\"'{\[(=](?:[^\s,;&}\])\"']|[,;&}\])](?=[0-9!#%^*+~@]))*)))"
         r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])./>?!|&<\"'\\]|$)|$))"
@@ -365,22 +390,24 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # characters or more after a name and a colon: "Private key: RSA-2048" is a description)
     re.compile(
         r"(?i)(?=[pasrb])\b(?:(?:password|passphrase|passcode|api[ _-]?key|secret(?:[ _-]?key)?"
-        r"|(?:access|auth|bearer|refresh|api|bot)[ _-]?token)" + _SAID_FOR + r"[^\S\r\n]+(?:is|was)[^\S\r\n]+"
-        r"|(?:api|secret|access|private)[ ]key[\"']?[^\S\r\n]*[:=][^\S\r\n]*(?=[\"']?[^\s\"'<>]{12}))"
+        r"|(?:access|auth|bearer|refresh|api|bot)[ _-]?token)"
+        + _SAID_FOR
+        + _SAID_IS
+        + r"|(?:api|secret|access|private)[ ]key[\"']?[^\S\r\n]*[:=][^\S\r\n]*(?=[\"']?[^\s\"'<>]{12}))"
         + _SAID_VALUE
     ),
     _SOMEONES_TOKEN,
 )
 
-_REQUIRED_TEXT = {
-    _JWT: "eyj",
-    _TELEGRAM_BOT_TOKEN: ":a",
-    _SOMEONES_TOKEN: "token",
-    _YAML_BLOCK_SECRET: "\n",
-    _PASS_KEY: "pass",
+_GATES = {
+    _JWT: re.compile("eyj"),
+    _TELEGRAM_BOT_TOKEN: re.compile(":a"),
+    _SOMEONES_TOKEN: re.compile("token"),
+    _YAML_BLOCK_SECRET: re.compile(r"[|>][0-9+-]{0,2}[^\S\r\n]*(?:#[^\r\n]*)?\r?\n"),
+    _PASS_KEY: re.compile("pass"),
 }
-"""Text every match of a pattern holds (case-folded), for a pattern that may start at any word: a
-view without it is not scanned by that pattern."""
+"""For some patterns, text every match holds (searched in the case-folded text): a view without it
+is not scanned by that pattern."""
 
 _SCANS = tuple(
     (
@@ -388,7 +415,8 @@ _SCANS = tuple(
         "value" if "value" in pattern.groupindex else 0,  # the part masked
         "suffix" in pattern.groupindex,  # keys whose suffix may be about a secret (_matches)
         "name" in pattern.groupindex,  # pairs whose name may name no secret (_matches)
-        _REQUIRED_TEXT.get(pattern, ""),
+        _GATES.get(pattern),
+        _PRECEDED.get(pattern),
     )
     for pattern in DEFAULT_SECRET_PATTERNS
 )
@@ -502,17 +530,29 @@ def _views(text: str) -> Iterator[_View]:
                 yield plain
 
 
-def _matches(pattern: re.Pattern[str], text: str, about_suffix: bool, named: bool) -> Iterator[re.Match[str]]:
+def _matches(
+    pattern: re.Pattern[str],
+    text: str,
+    about_suffix: bool,
+    named: bool,
+    preceded: tuple[re.Pattern[str], int] | None,
+) -> Iterator[re.Match[str]]:
     """The matches of ``pattern`` in ``text``; with ``about_suffix``, but a key whose suffix is
     about a secret: the scan resumes inside its value if quoted (a quoted value may hold a secret,
     and is read again only once), else after it (an unquoted value runs to the next space: read
     again from every key in it, hostile text would cost the square of its length); with
-    ``named``, but a pair whose name names no secret: the scan resumes after the name."""
-    if not about_suffix and not named:
+    ``named``, but a pair whose name names no secret: the scan resumes after the name; with
+    ``preceded``, but a match the text before it does not end as said: the scan resumes after it."""
+    if not about_suffix and not named and preceded is None:
         yield from pattern.finditer(text)
         return
     position = 0
     while (match := pattern.search(text, position)) is not None:
+        if preceded is not None:
+            before, reach = preceded
+            if before.search(text, max(0, match.start() - reach), match.start()) is None:
+                position = match.end()
+                continue
         if named and not names_a_secret(match.group("name")):
             position = match.end("name")
             continue
@@ -539,10 +579,10 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
         folded = view.text.casefold()
         if not _QUICK_CHECK.search(folded):
             continue
-        for pattern, group, about_suffix, named, required in _SCANS:
-            if required not in folded:
+        for pattern, group, about_suffix, named, gate, preceded in _SCANS:
+            if gate is not None and gate.search(folded) is None:
                 continue
-            for match in _matches(pattern, view.text, about_suffix, named):
+            for match in _matches(pattern, view.text, about_suffix, named, preceded):
                 start, end = match.span(group)
                 if end > start:
                     spans.append(view.original_span(start, end))
