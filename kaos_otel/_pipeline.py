@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,8 +45,6 @@ from kaos_otel.exporters import (
 )
 from kaos_otel.exporters.health import Signal
 from kaos_otel.exporters.pipeline import host_layer_added, redacted_resource, sanitizing_metric_exporter
-
-_log = logging.getLogger("kaos_otel")
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 LOG_EXPORT_BATCH_SIZE = 128
@@ -106,8 +105,11 @@ _USERS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 """How many pipelines not yet shut down use each provider (a meter provider by its SDK provider).
 Shared global providers are shut down, and their logging bridge removed, by the last of them,
 whichever built them: the first manager's shutdown must not silence a second one."""
-_BUILT: weakref.WeakSet[Any] = weakref.WeakSet()
-"""Providers a pipeline built (the host's are never shut down by kaos-otel)."""
+_LossAccount = tuple[TelemetryHealth, list["SpanBatchProcessor | LogBatchProcessor"]]
+"""Where a pipeline counts its losses, and its batch processors (which abandon their items)."""
+_BUILT: weakref.WeakKeyDictionary[Any, _LossAccount] = weakref.WeakKeyDictionary()
+"""Providers a pipeline built (the host's are never shut down by kaos-otel), with the loss
+account of that pipeline: the manager that stops them may be another one."""
 _USERS_LOCK = threading.Lock()
 """Guards the counts, and marks the providers a shutdown stops in the same step as its count
 reaches 0. Held for dictionary updates only: never across imports, exporters or logging."""
@@ -249,7 +251,7 @@ class ExportPipeline:
             )
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
         with _USERS_LOCK:
-            _BUILT.update(self._owned)
+            _BUILT.update((provider, (self.health, self._batches)) for provider in self._owned)
             stopped_meanwhile = False
             for provider in map(_sdk_provider, self._in_use):
                 stopped_meanwhile |= provider in _SHUT_DOWN_PROVIDERS
@@ -349,22 +351,26 @@ class ExportPipeline:
         """Say once when spans or logs go to providers kaos-otel did not build and no exporter of
         the process was wrapped with :func:`~kaos_otel.sanitized_exporter`: their exporters then
         neither mask secrets nor cap sizes, and "private by default" would be off in silence."""
-        adopted = [
-            provider
-            for provider in (self.tracer_provider, self.logger_provider)
-            if not self._built(provider) and isinstance(provider, TracerProvider | LoggerProvider)
-        ]
-        if not adopted or host_layer_added():
+        signals: dict[Signal, Any] = {"traces": self.tracer_provider, "logs": self.logger_provider}
+        adopted = {
+            signal: provider
+            for signal, provider in signals.items()
+            if not self._built(provider)
+            and isinstance(provider, TracerProvider | LoggerProvider)
+            and not host_layer_added(signal)
+        }
+        if not adopted:
             return
-        by, by_kaos = _set_up_by(adopted)
+        by, by_kaos = _set_up_by(list(adopted.values()))
         if by_kaos:
             return
         log_once(
             "not-sanitized",
-            "kaos-otel: the global providers were set up before kaos-otel (%s); their exporters do "
-            "not mask secrets nor cap sizes. Wrap each span and log exporter with "
+            "kaos-otel: the global providers of %s were set up before kaos-otel (%s); their "
+            "exporters do not mask secrets nor cap sizes. Wrap each exporter with "
             "kaos_otel.sanitized_exporter(...), or run under opentelemetry-instrument with "
             "OTEL_PYTHON_DISTRO=kaos",
+            ", ".join(adopted),
             by,
             level=logging.WARNING,
         )
@@ -613,24 +619,31 @@ class ExportPipeline:
             else provider.shutdown
             for provider in stopping
         ]
+        # the loss accounts of the pipelines that built them: this manager may only have adopted them
+        accounts = {id(account[0]): account for account in map(_BUILT.get, stopping) if account is not None}
         finished = run_with_deadline(stops, timeout, "shutdown")
         if not finished:
-            # What the pipeline still holds will not be exported in time: count it as lost now,
+            # What the pipelines still hold will not be exported in time: count it as lost now,
             # while someone can still read the count (the process may be about to exit).
-            for processor in self._batches:
-                processor.abandon()
-        self._report_loss()
+            for _, batches in accounts.values():
+                for processor in batches:
+                    processor.abandon()
+        self._report_loss([health for health, _ in accounts.values()])
         return finished and flushed
 
-    def _report_loss(self) -> None:
-        """Say, once the providers are stopped, what was never exported: the loss metric itself
-        cannot leave a process whose collector was down."""
-        lost = self.health.snapshot()
+    def _report_loss(self, accounts: Sequence[TelemetryHealth]) -> None:
+        """Say, once the providers are stopped, what their exporters never exported: the loss
+        metric itself cannot leave a process whose collector was down."""
+        lost: Counter[tuple[str, str]] = Counter()
+        for health in accounts:
+            lost.update(health.snapshot())
         if not any(lost.values()):
             return
-        _log.warning(
-            "kaos-otel: telemetry lost over this process's life (kaos.telemetry.dropped): %s",
+        log_once(
+            f"telemetry-lost-{id(self)}",
+            "kaos-otel: telemetry never exported (kaos.telemetry.dropped): %s",
             ", ".join(
                 f"{count} {signal} ({reason})" for (signal, reason), count in sorted(lost.items()) if count
             ),
+            level=logging.WARNING,
         )

@@ -610,54 +610,80 @@ def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
     assert {s.service_name for s in spans} == {"host-app"}  # exported once, by the host's pipeline
 
 
-@pytest.mark.parametrize("wrapped", [False, True])
-def test_host_providers_without_the_content_safety_layer_are_said(wrapped: bool) -> None:
+@pytest.mark.parametrize(
+    ("span_exporter", "log_exporter", "said"),
+    [
+        ("ConsoleSpanExporter()", None, "traces"),
+        ("sanitized_exporter(ConsoleSpanExporter())", None, None),
+        ("sanitized_exporter(ConsoleSpanExporter())", "ConsoleLogRecordExporter()", "logs"),
+        ("ConsoleSpanExporter()", "ConsoleLogRecordExporter()", "traces, logs"),
+    ],
+)
+def test_host_providers_without_the_content_safety_layer_are_said(
+    span_exporter: str, log_exporter: str | None, said: str | None
+) -> None:
     """Spans and logs going to a host's providers whose exporters no one wrapped would leave the
-    process unmasked: the manager says so once, with the fix; not once a host added the layer."""
-    exporter = "sanitized_exporter(ConsoleSpanExporter())" if wrapped else "ConsoleSpanExporter()"
+    process unmasked: the manager says so once, naming the signals, with the fix; not for a
+    signal whose exporter the host wrapped."""
+    logs = (
+        f"logs = LoggerProvider(); logs.add_log_record_processor(SimpleLogRecordProcessor({log_exporter}))\n"
+        "set_logger_provider(logs)"
+        if log_exporter
+        else ""
+    )
     result = run_python(
         f"""
         from opentelemetry import trace
+        from opentelemetry._logs import set_logger_provider
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, SimpleLogRecordProcessor
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor, ConsoleSpanExporter
         from kaos_otel import KaosOtelManager, sanitized_exporter
 
         host = TracerProvider()
-        host.add_span_processor(SimpleSpanProcessor({exporter}))
+        host.add_span_processor(SimpleSpanProcessor({span_exporter}))
         trace.set_tracer_provider(host)
+        LOGS
         otel = KaosOtelManager("kaos-side")
         KaosOtelManager("second")
         otel.shutdown(timeout=2)
-        """,
+        """.replace("LOGS", logs.replace("\n", "\n        ")),
         clean_env(),
     )
     assert result.returncode == 0, result.stderr
     notices = [line for line in result.stderr.splitlines() if "do not mask secrets" in line]
-    if wrapped:
+    if said is None:
         assert notices == []
     else:
         assert len(notices) == 1, result.stderr
+        assert f"providers of {said} were set up" in notices[0]
         assert "by opentelemetry-instrument or the application" in notices[0]
         assert "kaos_otel.sanitized_exporter" in notices[0] and "OTEL_PYTHON_DISTRO=kaos" in notices[0]
 
 
-def test_shutdown_says_what_was_never_exported(closed_port: int) -> None:
+@pytest.mark.parametrize("second_manager", [False, True])
+def test_shutdown_says_what_was_never_exported(closed_port: int, second_manager: bool) -> None:
     """With the collector down the loss metric cannot leave the process either: shutdown says
-    what was lost, by signal and reason, on the process's own log."""
+    what was lost, by signal and reason, on the process's own log. A second manager on the same
+    providers, shut down last, stops them: it reports (and abandons) the first one's items."""
     result = run_python(
         f"""
         import logging
         from kaos_otel import KaosOtelManager
         otel = KaosOtelManager("lossy", endpoint="http://127.0.0.1:{closed_port}")
+        second = KaosOtelManager() if {second_manager} else None  # no resource of its own to report
         for i in range(20):
             with otel.span(f"s{{i}}"):
                 logging.getLogger("app").warning("w %d", i)
         otel.shutdown(timeout=2)
+        if second is not None:
+            second.shutdown(timeout=2)
         """,
         clean_env(),
     )
     assert result.returncode == 0, result.stderr
-    (line,) = [line for line in result.stderr.splitlines() if "telemetry lost" in line]
+    (line,) = [line for line in result.stderr.splitlines() if "telemetry never exported" in line]
     assert "20 traces (" in line and "20 logs (" in line, line
 
 

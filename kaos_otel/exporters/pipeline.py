@@ -32,7 +32,7 @@ from opentelemetry.util.types import AttributeValue
 
 from kaos_otel._content import ContentPolicy, policy_from_env, safe_str
 from kaos_otel._internal_log import internal_error
-from kaos_otel.exporters.health import TelemetryHealth
+from kaos_otel.exporters.health import Signal, TelemetryHealth
 
 _export_thread = threading.local()
 
@@ -520,14 +520,14 @@ def _text_size(text: str) -> int:
     return len(text) if text.isascii() else 4 * len(text)
 
 
-_HOST_LAYER_ADDED = False
-"""Whether this process wrapped an exporter with :func:`sanitized_exporter` (a host adding the
-content-safety layer to providers of its own)."""
+_HOST_LAYER_SIGNALS: set[Signal] = set()
+"""The signals whose exporters this process wrapped with :func:`sanitized_exporter` (a host adding
+the content-safety layer to providers of its own)."""
 
 
-def host_layer_added() -> bool:
-    """Whether an exporter of this process was wrapped with :func:`sanitized_exporter`."""
-    return _HOST_LAYER_ADDED
+def host_layer_added(signal: Signal) -> bool:
+    """Whether an exporter of ``signal`` was wrapped with :func:`sanitized_exporter` in this process."""
+    return signal in _HOST_LAYER_SIGNALS
 
 
 @overload
@@ -560,10 +560,10 @@ def sanitized_exporter(
     providers the same way, with ``policy=otel.content_policy``. Metric label values of kaos-otel's
     instruments are checked where they are recorded, whoever owns the meter provider.
     """
-    global _HOST_LAYER_ADDED
-    _HOST_LAYER_ADDED = True
     policy = policy or policy_from_env()
     health = health or TelemetryHealth()
     if isinstance(exporter, SpanExporter):
+        _HOST_LAYER_SIGNALS.add("traces")
         return SanitizingSpanExporter(exporter, policy, health)
+    _HOST_LAYER_SIGNALS.add("logs")
     return SanitizingLogExporter(exporter, policy, health)
