@@ -95,7 +95,7 @@ class TraceContextMiddleware:
             name_set(baggage_allowlist) if baggage_allowlist is not None else default_allowlist
         )
         self._excluded = name_set(excluded_paths)
-        self._excluded_urls = _excluded_url_pattern(os.environ)
+        self._excluded_urls = _excluded_url_patterns(os.environ)
         self._warned = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -104,7 +104,7 @@ class TraceContextMiddleware:
             return
         root_path = scope.get("root_path", "")  # a proxy's prefix (uvicorn --root-path)
         if _route_path(scope.get("path", ""), root_path) in self._excluded or (
-            self._excluded_urls is not None and self._excluded_urls.search(_url(scope))
+            self._excluded_urls and any(pattern.search(_url(scope)) for pattern in self._excluded_urls)
         ):
             await self.app(scope, receive, send)
             return
@@ -258,31 +258,34 @@ def _name_by_route(handle: SpanHandle, scope: Scope, root_path: str) -> None:
 _EXCLUDED_URLS_VARIABLES = ("OTEL_PYTHON_FASTAPI_EXCLUDED_URLS", "OTEL_PYTHON_EXCLUDED_URLS")
 
 
-def _excluded_url_pattern(env: Mapping[str, str]) -> re.Pattern[str] | None:
-    """The URLs served without a span, as OpenTelemetry's HTTP server instrumentations read them:
-    comma-separated regular expressions searched in ``scheme://host[:port]/path``, from the first
-    of :data:`_EXCLUDED_URLS_VARIABLES` that is set. An expression that does not compile is left
-    out, with a warning."""
-    raw = next((env[name] for name in _EXCLUDED_URLS_VARIABLES if env.get(name, "").strip()), "")
+def _excluded_url_patterns(env: Mapping[str, str]) -> tuple[re.Pattern[str], ...]:
+    """The URLs served without a span, as OpenTelemetry's FastAPI instrumentation reads them: the
+    first of :data:`_EXCLUDED_URLS_VARIABLES` that is set (an empty one excludes nothing), a
+    comma-separated list of regular expressions searched in ``scheme://host[:port]/path``. An
+    empty entry is left out (OpenTelemetry's would exclude every URL), and so is one that does not
+    compile, with a warning."""
+    raw = next((env[name] for name in _EXCLUDED_URLS_VARIABLES if name in env), "")
     patterns = []
-    for pattern in (part.strip() for part in raw.split(",")):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            _log.warning("kaos-otel: excluded URL pattern %r left out: %s", pattern, exc)
+    for entry in (part.strip() for part in raw.split(",")):
+        if not entry:
             continue
-        if pattern:
-            patterns.append(pattern)
-    return re.compile("|".join(f"(?:{pattern})" for pattern in patterns)) if patterns else None
+        try:
+            patterns.append(re.compile(entry))
+        except re.error as exc:
+            _log.warning("kaos-otel: excluded URL pattern %r left out: %s", entry, exc)
+    return tuple(patterns)
 
 
 def _url(scope: Scope) -> str:
-    """The request's URL as the excluded-URL patterns see it: ``scheme://host[:port]/path``."""
-    host, port = scope.get("server") or ("0.0.0.0", 80)
-    scheme = scope.get("scheme", "http")
-    default_port = 443 if scheme in ("https", "wss") else 80
-    authority = host if port in (None, default_port) else f"{host}:{port}"
-    return f"{scheme}://{authority}{scope.get('path', '')}"
+    """The request's URL as the excluded-URL patterns see it, built as OpenTelemetry's ASGI
+    instrumentation builds it: ``scheme://host[:port]/path``, the host from the ``Host`` header."""
+    host = next((value for key, value in scope.get("headers") or () if key == b"host"), None)
+    if host is not None:
+        authority = host.decode("latin-1")
+    else:
+        server_host, port = scope.get("server") or ("0.0.0.0", 80)
+        authority = server_host if str(port) == "80" else f"{server_host}:{port}"
+    return f"{scope.get('scheme', 'http')}://{authority}{scope.get('path', '')}"
 
 
 def _span_method(scope: Scope) -> str:
