@@ -567,7 +567,7 @@ class OtlpReceiver:
             self._stopping = True
             self._mode_changed.notify_all()
         if self._grpc_server is not None:
-            self._grpc_server.stop(grace=1.0).wait()
+            self._grpc_server.stop(grace=1.0).wait(timeout=5)  # bounded: a stop just after start can hang
             self._grpc_server = None
         if self._http_server is not None and self._http_thread is not None:
             self._http_server.shutdown()
