@@ -422,13 +422,34 @@ others may wait seconds on a store or an embedder (one threshold would leave a s
 slowdown of 250 times silent)."""
 
 
-def _memory_p95_promql(tiers: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
-    """p95 memory operation latency per job, tier and operation over 5 minutes, on ``tiers``."""
+def _memory_latency_alert(
+    name: str,
+    slug: str,
+    tiers: tuple[tuple[str, tuple[str, ...]], ...],
+    threshold_s: float,
+    summary: str,
+    description: str,
+) -> Alert:
+    """A warning on the p95 of memory operation latency per job, tier and operation over 5
+    minutes, on ``tiers``, above ``threshold_s`` for 10 minutes."""
     series = _prom_bucket(c.KAOS_MEMORY_OPERATION_DURATION)
     selector = _prom_selector(c.KAOS_MEMORY_OPERATION_DURATION, tiers, series, variables=False)
-    return (
-        f"histogram_quantile(0.95, sum by (le, job, {_p(TIER)}, {_p(c.KAOS_MEMORY_OPERATION)}) "
-        f"(rate({selector}[5m])))"
+    return Alert(
+        name=name,
+        slug=slug,
+        severity="warning",
+        summary=summary,
+        description=description,
+        query=Quantiles(c.KAOS_MEMORY_OPERATION_DURATION, ("p95",), (TIER, c.KAOS_MEMORY_OPERATION), tiers),
+        threshold=threshold_s,
+        unit="s",
+        promql=(
+            f"histogram_quantile(0.95, sum by (le, job, {_p(TIER)}, {_p(c.KAOS_MEMORY_OPERATION)}) "
+            f"(rate({selector}[5m])))"
+        ),
+        for_="10m",
+        signoz_eval_window="10m",
+        signoz_match="on_average",
     )
 
 
@@ -523,45 +544,25 @@ ALERTS: tuple[Alert, ...] = (
         signoz_eval_window="10m",
         signoz_match="on_average",
     ),
-    Alert(
-        name="KaosMemoryLatencyP95High",
-        slug="memory-latency-p95",
-        severity="warning",
-        summary="{service}: {tier} memory p95 latency of {operation} is above 2.5 s",
-        description=(
-            "The 95th percentile of kaos.memory.operation.duration for one medium- or long-term "
-            "memory operation stayed above 2.5 seconds. Long-term operations wait on the embedder "
-            "and the vector store, medium-term ones on the relational store."
-        ),
-        query=Quantiles(
-            c.KAOS_MEMORY_OPERATION_DURATION, ("p95",), (TIER, c.KAOS_MEMORY_OPERATION), LASTING_TIERS
-        ),
-        threshold=2.5,
-        unit="s",
-        promql=_memory_p95_promql(LASTING_TIERS),
-        for_="10m",
-        signoz_eval_window="10m",
-        signoz_match="on_average",
+    _memory_latency_alert(
+        "KaosMemoryLatencyP95High",
+        "memory-latency-p95",
+        LASTING_TIERS,
+        2.5,
+        "{service}: {tier} memory p95 latency of {operation} is above 2.5 s",
+        "The 95th percentile of kaos.memory.operation.duration for one medium- or long-term "
+        "memory operation stayed above 2.5 seconds. Long-term operations wait on the embedder "
+        "and the vector store, medium-term ones on the relational store.",
     ),
-    Alert(
-        name="KaosShortTermMemoryLatencyP95High",
-        slug="short-term-memory-latency-p95",
-        severity="warning",
-        summary="{service}: short_term memory p95 latency of {operation} is above 250 ms",
-        description=(
-            "The 95th percentile of kaos.memory.operation.duration for one short-term memory "
-            "operation stayed above 250 ms. The session window is read and written on every turn "
-            "and should take milliseconds: the relational store is slow or locked."
-        ),
-        query=Quantiles(
-            c.KAOS_MEMORY_OPERATION_DURATION, ("p95",), (TIER, c.KAOS_MEMORY_OPERATION), SHORT_TERM_TIER
-        ),
-        threshold=0.25,
-        unit="s",
-        promql=_memory_p95_promql(SHORT_TERM_TIER),
-        for_="10m",
-        signoz_eval_window="10m",
-        signoz_match="on_average",
+    _memory_latency_alert(
+        "KaosShortTermMemoryLatencyP95High",
+        "short-term-memory-latency-p95",
+        SHORT_TERM_TIER,
+        0.25,
+        "{service}: short_term memory p95 latency of {operation} is above 250 ms",
+        "The 95th percentile of kaos.memory.operation.duration for one short-term memory "
+        "operation stayed above 250 ms. The session window is read and written on every turn "
+        "and should take milliseconds: the relational store is slow or locked.",
     ),
     Alert(
         name="KaosMemoryFailureRateHigh",
