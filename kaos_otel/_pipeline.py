@@ -46,6 +46,8 @@ from kaos_otel.exporters import (
 from kaos_otel.exporters.health import Signal
 from kaos_otel.exporters.pipeline import host_layer_added, redacted_resource, sanitizing_metric_exporter
 
+_log = logging.getLogger("kaos_otel")
+
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 LOG_EXPORT_BATCH_SIZE = 128
 """Log records per export request unless ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` says otherwise: at
@@ -639,11 +641,9 @@ class ExportPipeline:
             lost.update(health.snapshot())
         if not any(lost.values()):
             return
-        log_once(
-            f"telemetry-lost-{id(self)}",
+        _log.warning(  # once: shutdown runs once per pipeline
             "kaos-otel: telemetry never exported (kaos.telemetry.dropped): %s",
             ", ".join(
                 f"{count} {signal} ({reason})" for (signal, reason), count in sorted(lost.items()) if count
             ),
-            level=logging.WARNING,
         )

@@ -378,7 +378,7 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"|(?:\{[^{}\r\n\"']{1,256}\}(?=;|$)"
         r"|(?:[\w.-]+[^\S\r\n]*[:=][^\S\r\n]+)?"
         # a YAML block scalar's indicator (_YAML_BLOCK_SECRET), also JSON-escaped
-        r"(?![|>][0-9+-]{0,2}[^\S\r\n]*(?:#[^\r\n]*)?(?:\r?\n|\\[rn]|$))"
+        r"(?![|>][0-9+-]{0,2}[^\S\r\n]*(?:[^\S\r\n]+#[^\r\n]{0,256})?(?:\r?\n|\\[rn]|$))"
         r"(?!(?:none|null|nil|undefined|%s|\$[0-9]+|\?)(?![^\s,;&}\])\"']|[,;&}\])][0-9!#%^*+~@]))"
         r"[^\s,;&}\])\"'{\[(=](?:[^\s,;&}\])\"']|[,;&}\])](?=[0-9!#%^*+~@]))*)))"
         r"(?(quote)(?:(?P=quote)(?=[\s,;:}\])./>?!|&<\"'\\]|$)|$))"
@@ -403,7 +403,7 @@ _GATES = {
     _JWT: re.compile("eyj"),
     _TELEGRAM_BOT_TOKEN: re.compile(":a"),
     _SOMEONES_TOKEN: re.compile("token"),
-    _YAML_BLOCK_SECRET: re.compile(r"[|>][0-9+-]{0,2}[^\S\r\n]*(?:#[^\r\n]*)?\r?\n"),
+    _YAML_BLOCK_SECRET: re.compile(r"[|>][0-9+-]{0,2}[^\S\r\n]*(?:[^\S\r\n]+#[^\r\n]{0,256})?\r?\n"),
     _PASS_KEY: re.compile("pass"),
 }
 """For some patterns, text every match holds (searched in the case-folded text): a view without it
@@ -542,7 +542,8 @@ def _matches(
     and is read again only once), else after it (an unquoted value runs to the next space: read
     again from every key in it, hostile text would cost the square of its length); with
     ``named``, but a pair whose name names no secret: the scan resumes after the name; with
-    ``preceded``, but a match the text before it does not end as said: the scan resumes after it."""
+    ``preceded``, but a match the text before it does not end as said: the scan resumes just past
+    its start (each literal is tried once)."""
     if not about_suffix and not named and preceded is None:
         yield from pattern.finditer(text)
         return
@@ -551,7 +552,7 @@ def _matches(
         if preceded is not None:
             before, reach = preceded
             if before.search(text, max(0, match.start() - reach), match.start()) is None:
-                position = match.end()
+                position = match.start() + 1  # another literal may start inside this match
                 continue
         if named and not names_a_secret(match.group("name")):
             position = match.end("name")
