@@ -104,7 +104,7 @@ class TraceContextMiddleware:
             return
         root_path = scope.get("root_path", "")  # a proxy's prefix (uvicorn --root-path)
         if _route_path(scope.get("path", ""), root_path) in self._excluded or (
-            self._excluded_urls and any(pattern.search(_url(scope)) for pattern in self._excluded_urls)
+            self._excluded_urls and _excluded_url(self._excluded_urls, _url(scope))
         ):
             await self.app(scope, receive, send)
             return
@@ -274,6 +274,11 @@ def _excluded_url_patterns(env: Mapping[str, str]) -> tuple[re.Pattern[str], ...
         except re.error as exc:
             _log.warning("kaos-otel: excluded URL pattern %r left out: %s", entry, exc)
     return tuple(patterns)
+
+
+def _excluded_url(patterns: tuple[re.Pattern[str], ...], url: str) -> bool:
+    """Whether one of ``patterns`` is found in ``url`` (built once per request)."""
+    return any(pattern.search(url) for pattern in patterns)
 
 
 def _url(scope: Scope) -> str:
