@@ -708,6 +708,27 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
     assert policy.clean_attributes(conventions) == conventions
 
 
+def test_a_remembered_attribute_is_cleaned_as_when_first_seen() -> None:
+    """Short text attributes are remembered with their cleaned key and value, per key: the same
+    value stays masked under a secret-named key and kept under another, and a key holding a
+    credential stays masked, however often the mapping repeats."""
+    policy = ContentPolicy()
+    key_with_a_key = "cache.sk-proj-" + "a1B2" * 8
+    attributes: dict[str, AnyValue] = {
+        "db.password": "hunter2-value",
+        "app.note": "hunter2-value",
+        key_with_a_key: "hit",
+    }
+    first = policy.clean_attributes(attributes)
+    assert first == {"db.password": REDACTED, "app.note": "hunter2-value", f"cache.{REDACTED}": "hit"}
+    for _ in range(3):
+        assert policy.clean_attributes(attributes) == first
+    assert policy.clean_attributes({"app.note": "hunter2-value", "db.password": "hunter2-value"}) == {
+        "app.note": "hunter2-value",
+        "db.password": REDACTED,
+    }
+
+
 def test_the_argument_a_secret_naming_flag_precedes_is_masked() -> None:
     """``process.command_args`` (the conventions' own attribute) holds a flag and its value as two
     items: the value is masked, on a span and in the resource alike."""

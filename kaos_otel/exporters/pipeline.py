@@ -503,10 +503,11 @@ def _attributes_size(attributes: Mapping[str, AttributeValue] | None) -> int:
     """Keys and string values counted in full; 16 bytes per attribute for tags, numbers, flags."""
     if not attributes:
         return 0
-    size = 16 * len(attributes)
-    for key, value in attributes.items():
-        size += len(key)
-        if isinstance(value, str):
+    size = 16 * len(attributes) + sum(map(len, attributes))  # the keys
+    for value in attributes.values():
+        if type(value) is str:  # most values: no call per value
+            size += len(value) if value.isascii() else 4 * len(value)
+        elif isinstance(value, str):
             size += _text_size(value)
         elif isinstance(value, tuple | list):  # the SDK stores sequences as tuples
             size += sum(8 + (_text_size(item) if isinstance(item, str) else 0) for item in value)
