@@ -54,6 +54,18 @@ _SECRET_IN_NAME = rf"(?i:{_SECRET_NAMES}|token)"
 """A secret's name inside a key's, an entry's or an element's name (``DB_PASSWORD``,
 ``api-token``), as a regex."""
 
+_PASS_OWNERS = (
+    r"(?<![A-Za-z0-9])(?:db|database|mysql|mariadb|pg|postgres|postgresql|redis|smtp|imap|mail"
+    r"|email|ftp|sftp|ssh|ldap|admin|root|user|login|app|amqp|rabbitmq|mongo|mongodb|proxy|wifi|vnc"
+    r"|bind|master)[_.-]?"
+)
+"""Whose password a name ending in "pass" names: a service or a user, as the word before it (a
+pattern for a case-insensitive regex)."""
+
+_OWNER_PASS = re.compile(r"(?i)" + _PASS_OWNERS + r"pass\Z")
+"""A name ending in a service's or a user's "pass" (``DB_PASS``, ``smtp.pass``, ``rootpass``): a
+bare ``pass`` is as often a count or a stage (``PASS=12``, ``LINT_PASS=clean``)."""
+
 _SECRET_WORD = re.compile(_SECRET_IN_NAME)
 """A secret's name anywhere in a key."""
 
@@ -114,7 +126,7 @@ _NAME_OF_A_SECRET = re.compile(r"(?i)" + _SECRET_KEY_IN_TEXT + r"\Z")
 def names_a_secret(name: str) -> bool:
     """Whether ``name`` (a pair's first item) names a secret, as the key of a key=value pair would:
     ``DB_PASSWORD``, ``SECRET_KEY_BASE``, ``x-api-key``; not ``password_min_length``, ``max_tokens``."""
-    if SECRET_KEY_NAME.search(name):  # HTTP_COOKIE, HTTP_AUTHORIZATION (a WSGI environ's items)
+    if SECRET_KEY_NAME.search(name) or _OWNER_PASS.search(name):  # HTTP_COOKIE (a WSGI environ's items)
         return True
     match = _NAME_OF_A_SECRET.search(name)
     if match is None:
@@ -145,13 +157,13 @@ def key_names_a_secret(key: str) -> bool:
     plural or followed only by words that still name the value (``MYSQL_PWD``,
     ``config/SECRET_KEY_BASE``, ``auth_token``, ``client_secret_v2``, ``db.password.value``); not a
     count, a date or a place said about one (``password_attempts``, ``secrets_detected``,
-    ``api_key_env_var``, ``private_key_path``, ``k8s.secret.uid``), nor the shell's ``PWD``."""
+    ``api_key_env_var``, ``private_key_path``, ``k8s.secret.uid``), nor the shell's ``PWD``; or it
+    ends in a service's or a user's "pass" (``DB_PASS``, ``smtp.pass``)."""
     last = _KEY_LAST_NAMES.search(key)
-    return (
-        last is not None
-        and last.group(1).rpartition(".")[2] not in _SHELL_DIRECTORIES
-        and _SECRET_KEY_ENDING.search(last.group(1)) is not None
-    )
+    if last is None or last.group(1).rpartition(".")[2] in _SHELL_DIRECTORIES:
+        return False
+    name = last.group(1)
+    return _SECRET_KEY_ENDING.search(name) is not None or _OWNER_PASS.search(name) is not None
 
 
 _SECRET_FLAG = re.compile(
@@ -241,12 +253,8 @@ _PASS_KEY = re.compile(
 or JSON: a bare ``pass`` is as often a count or a stage (``PASS=12``, ``LINT_PASS=clean``,
 ``-pass=mem2reg``)."""
 
-_PASS_OWNER = re.compile(
-    r"(?i)(?<![A-Za-z0-9])(?:db|database|mysql|mariadb|pg|postgres|postgresql|redis|smtp|imap|mail"
-    r"|email|ftp|sftp|ssh|ldap|admin|root|user|login|app|amqp|rabbitmq|mongo|mongodb|proxy|wifi|vnc"
-    r"|bind|master)[_.-]?\Z"
-)
-"""Whose password a key ending in "pass" names: a service or a user, as the key's last word."""
+_PASS_OWNER = re.compile(r"(?i)" + _PASS_OWNERS + r"\Z")
+"""What ends where a "pass" key of :data:`_PASS_KEY` starts."""
 
 _PRECEDED = {_SOMEONES_TOKEN: (_SOMEONES, 80), _PASS_KEY: (_PASS_OWNER, 12)}
 """For a pattern that starts at its literal, what must end where its match starts, and within how
@@ -302,9 +310,11 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # credentials given on a command line or in a .netrc: "--password x", "login u password x"
     re.compile(r"--(?:password|passwd|token|api-key|apikey|secret|client-secret)[ \t]+(?P<value>[^\s-]\S*)"),
     re.compile(r"login[ \t]+\S+\s+password[ \t]+(?P<value>[^\s-]\S*)"),
-    # an XML element named for a secret (<password>x</password>, <ns:ApiKey>x</ns:ApiKey>)
+    # an XML element named for a secret (<password>x</password>, <ns:ApiKey>x</ns:ApiKey>,
+    # <DB_PASS>x</DB_PASS>)
     re.compile(
-        r"<(?:[\w.-]{1,32}:)?[\w-]{0,32}" + _SECRET_IN_NAME + r"s?>"
+        r"<(?:[\w.-]{1,32}:)?"
+        r"(?:[\w-]{0,32}" + _SECRET_IN_NAME + r"s?|[\w-]{0,32}?(?i:" + _PASS_OWNERS + r"pass))>"
         r"(?P<value>[^<\s][^<\r\n]{0,255})<"
     ),
     # a name/value pair whose name names a secret: Kubernetes env entries, in JSON and in YAML

@@ -683,6 +683,9 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "private_key_pem",
         "pwd",
         "user[password]",
+        "DB_PASS",
+        "smtp.pass",
+        "MYSQL_ROOT_PASS",
     ):
         assert policy.clean_attribute(key, "4f9a8b7c6d5e") == REDACTED, key  # the key's last name
     said_about_a_secret: dict[str, AnyValue] = {  # counts, dates, places: not the secret
@@ -698,6 +701,8 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "tokens_used": 5,
         "net.bypass": "proxy.local",
         "pass_through": "yes",
+        "ci.LINT_PASS": "clean",
+        "PASS": "12",
     }
     assert policy.clean_attributes(said_about_a_secret) == said_about_a_secret
     conventions: dict[str, AnyValue] = {

@@ -490,6 +490,11 @@ def test_false_positive_rate_on_benign_text_is_measured_and_low() -> None:
         # starting like a block indicator with a comment
         "We rotate the token for CI. My token is abc123xyz987",
         "password=>#hunter2x&3",
+        # left by the last stop: a "pass" key of a service's as a YAML block, an XML element, a pair
+        "DB_PASS: |\n  hunter2x\n",
+        "<DB_PASS>hunter2x</DB_PASS>",
+        "<ns:mysql_root_pass>hunter2x</ns:mysql_root_pass>",
+        '[["PORT", "5432"], ["SMTP_PASS", "hunter2x"]]',
     ],
 )
 def test_a_secret_under_a_key_with_a_suffix_is_masked(text: str) -> None:
@@ -572,6 +577,9 @@ def test_a_value_ends_where_the_next_pair_starts(text: str) -> None:
         "API key: AES-256-GCM",
         "RESULT: PASS=green FAIL=0",
         "LINT_PASS=clean",
+        "<LINT_PASS>clean</LINT_PASS>",
+        "LINT_PASS: |\n  clean\n",
+        '[["LINT_PASS", "clean"]]',
         "opt -pass=mem2reg",
         "compiler_pass = InlinePass(config)",
         "the model's token is 128009",
@@ -625,6 +633,7 @@ def test_text_about_a_secret_is_left_alone(text: str) -> None:
         "the password for a b c d is ",
         "password: |#",
         "|#",
+        "<db_pass>a",
     ],
 )
 def test_scanning_hostile_text_costs_time_in_proportion_to_its_length(unit: str) -> None:
