@@ -99,10 +99,16 @@ from opentelemetry.semconv.attributes.error_attributes import (
     ERROR_TYPE as ERROR_TYPE,
 )
 from opentelemetry.semconv.attributes.http_attributes import (
+    HTTP_REQUEST_HEADER_TEMPLATE as HTTP_REQUEST_HEADER_TEMPLATE,
+)
+from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_REQUEST_METHOD as HTTP_REQUEST_METHOD,
 )
 from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_REQUEST_METHOD_ORIGINAL as HTTP_REQUEST_METHOD_ORIGINAL,
+)
+from opentelemetry.semconv.attributes.http_attributes import (
+    HTTP_RESPONSE_HEADER_TEMPLATE as HTTP_RESPONSE_HEADER_TEMPLATE,
 )
 from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_RESPONSE_STATUS_CODE as HTTP_RESPONSE_STATUS_CODE,
@@ -223,6 +229,7 @@ class AttributeSpec:
     """One attribute key kaos-otel sets, where it is defined and whether it is content."""
 
     key: str
+    """The key; a part in braces is a template's, filled from the data (``http.request.header.{name}``)."""
     brief: str
     source: Literal["otel", "kaos"]
     content: bool = False
@@ -268,6 +275,18 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(URL_PATH, "Request path (ASGI middleware)", "otel"),
     AttributeSpec(URL_SCHEME, "http or https (ASGI middleware)", "otel"),
     AttributeSpec(USER_AGENT_ORIGINAL, "User-Agent header (ASGI middleware)", "otel"),
+    AttributeSpec(
+        f"{HTTP_REQUEST_HEADER_TEMPLATE}.{{name}}",
+        "A request header's values, when OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST names it "
+        "(ASGI middleware)",
+        "otel",
+    ),
+    AttributeSpec(
+        f"{HTTP_RESPONSE_HEADER_TEMPLATE}.{{name}}",
+        "A response header's values, when OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_RESPONSE names it "
+        "(ASGI middleware)",
+        "otel",
+    ),
     AttributeSpec(DB_SYSTEM_NAME, "Vector store engine, e.g. qdrant (Mem0 child spans)", "otel"),
     AttributeSpec(DB_OPERATION_NAME, "Vector store operation, e.g. search (Mem0 child spans)", "otel"),
     AttributeSpec(DB_COLLECTION_NAME, "Vector store collection (Mem0 child spans)", "otel"),

@@ -135,7 +135,8 @@ def drive_domain_api(otel: KaosOtelManager) -> None:
 
 
 def drive_asgi(otel: KaosOtelManager) -> None:
-    """A routed and an unrouted request, and an unknown method, through ``instrument_app``."""
+    """A routed and an unrouted request, and an unknown method, through ``instrument_app``, with
+    a request and a response header captured."""
     app = FastAPI()
 
     @app.get("/ask")
@@ -143,11 +144,14 @@ def drive_asgi(otel: KaosOtelManager) -> None:
         return {"answer": "ok"}
 
     instrument_app(app, otel)
-    with TestClient(app) as client:
-        assert client.get("/ask").status_code == 200
-        assert client.get("/nowhere").status_code == 404
-        for path in ("/ask", "/nowhere"):  # a method the conventions do not know
-            assert client.request("FOOBAR", path).status_code in (404, 405)
+    with pytest.MonkeyPatch.context() as env:  # read when the middleware is built, at startup
+        env.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST", "x-request-id")
+        env.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_RESPONSE", "content-type")
+        with TestClient(app) as client:
+            assert client.get("/ask", headers={"X-Request-Id": "r-1"}).status_code == 200
+            assert client.get("/nowhere").status_code == 404
+            for path in ("/ask", "/nowhere"):  # a method the conventions do not know
+                assert client.request("FOOBAR", path).status_code in (404, 405)
 
 
 def drive_mem0(otel: KaosOtelManager, tmp_path: Path) -> None:
@@ -185,6 +189,19 @@ def keys_of(items: Iterable[dict[str, Any]]) -> set[str]:
     return {key for attributes in items for key in attributes}
 
 
+def as_cataloged(keys: set[str], cataloged: set[str]) -> set[str]:
+    """``keys`` with each one a templated catalog key covers (``http.request.header.{name}``)
+    replaced by that template."""
+    templates = {key: _template_pattern(key) for key in cataloged if _PLACEHOLDER.search(key)}
+    return {next((t for t, pattern in templates.items() if pattern.fullmatch(key)), key) for key in keys}
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """A templated key as a regular expression: each placeholder stands for one dot-free part."""
+    parts = _PLACEHOLDER.split(template)  # text, a placeholder's name, text...
+    return re.compile("".join(re.escape(part) if i % 2 == 0 else r"[^.]+" for i, part in enumerate(parts)))
+
+
 def differences(what: str, emitted: set[str], cataloged: set[str]) -> list[str]:
     """Both directions: emitted but not in the catalog, and in the catalog but never emitted."""
     return [f"{what} {name!r} is not in the catalog" for name in sorted(emitted - cataloged)] + [
@@ -214,7 +231,8 @@ def check_catalog_matches(receiver: OtlpReceiver) -> list[str]:
     )
     event_keys = keys_of(e.attributes for s in spans for e in s.events)
     problems += [f"span event key {k!r} is not the SDK's" for k in sorted(event_keys - SDK_SPAN_EVENT_KEYS)]
-    problems += differences("attribute", emitted, {spec.key for spec in catalog.ATTRIBUTES})
+    cataloged = {spec.key for spec in catalog.ATTRIBUTES}
+    problems += differences("attribute", as_cataloged(emitted, cataloged), cataloged)
     problems += differences("metric", {p.name for p in points}, set(catalog.METRICS_BY_NAME))
     problems += differences(
         "log event", {log.event_name for log in logs}, {e.name for e in catalog.LOG_EVENTS}

@@ -267,6 +267,57 @@ async def test_urls_excluded_by_the_opentelemetry_variables_get_no_span(
         assert left_out == []
 
 
+CAPTURE = "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_"
+
+
+async def test_headers_named_by_the_opentelemetry_variables_are_recorded_and_secrets_masked(
+    make_otel: MakeOtel,
+    otlp_receiver: OtlpReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST`` / ``_RESPONSE`` name headers
+    by regular expressions matching whole names, case-insensitively, as OpenTelemetry's HTTP
+    instrumentations read them; each is recorded with all its values under the HTTP conventions'
+    ``http.request.header.<name>``. ``..._SANITIZE_FIELDS`` records a header as ``[REDACTED]``,
+    and a secret-named one (``authorization``) is masked by the content-safety layer anyway. An
+    expression that does not compile is left out with a warning. Nothing is recorded unless asked."""
+    monkeypatch.setenv(CAPTURE + "REQUEST", "x-request-id, X-Tenant-.*, authorization, (bad")
+    monkeypatch.setenv(CAPTURE + "RESPONSE", "content-type,x-session-token")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SANITIZE_FIELDS", "session")
+    otel = make_otel()
+    app = FastAPI()
+
+    @app.get("/ask")
+    async def ask() -> PlainTextResponse:
+        return PlainTextResponse("ok", headers={"X-Session-Token": "s-123"})
+
+    instrument_app(app, otel)
+    headers = [
+        ("X-Request-Id", "r-1"),
+        ("X-Tenant-Region", "eu"),
+        ("X-Tenant-Region", "us"),
+        ("X-Request-Idx", "not whole"),
+        ("Authorization", "Bearer abc123xyz987"),
+        ("Cookie", "sid=not-named"),
+    ]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client:
+        assert (await client.get("/ask", headers=headers)).status_code == 200
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) == 1, 10)
+    attributes = _server_spans(otlp_receiver)[0].attributes
+    recorded = {key: value for key, value in attributes.items() if ".header." in key}
+    assert recorded == {
+        "http.request.header.x-request-id": ("r-1",),
+        "http.request.header.x-tenant-region": ("eu", "us"),
+        "http.request.header.authorization": ("[REDACTED]",),
+        "http.response.header.content-type": ("text/plain; charset=utf-8",),
+        "http.response.header.x-session-token": ("[REDACTED]",),
+    }
+    left_out = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(left_out) == 1 and "'(bad'" in left_out[0], left_out
+
+
 class ClientGone(OSError):
     """What an ASGI 2.4 server's ``send`` raises once the client has gone."""
 

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -23,6 +24,7 @@ from opentelemetry.trace import SpanKind
 
 from kaos_otel import catalog
 from kaos_otel._config import TrustPolicy, name_set
+from kaos_otel._content import REDACTED
 from kaos_otel._internal_log import internal_error
 from kaos_otel._spans import SpanHandle
 from kaos_otel._telemetry import AgentTelemetry
@@ -84,7 +86,10 @@ class TraceContextMiddleware:
     ) -> None:
         """``excluded_paths``: paths served without a span; URLs matching
         ``OTEL_PYTHON_FASTAPI_EXCLUDED_URLS`` (else ``OTEL_PYTHON_EXCLUDED_URLS``) too, as with
-        OpenTelemetry's own HTTP server instrumentations."""
+        OpenTelemetry's own HTTP server instrumentations. Headers named by
+        ``OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST`` / ``_RESPONSE`` are recorded
+        on the span (none by default). The variables are read when the middleware is built (by
+        Starlette, when the app starts)."""
         self.app = app
         self._otel = otel
         settings = getattr(otel, "settings", None)
@@ -96,6 +101,7 @@ class TraceContextMiddleware:
         )
         self._excluded = name_set(excluded_paths)
         self._excluded_urls = _excluded_url_patterns(os.environ)
+        self._headers = _HeaderCapture.from_env(os.environ)
         self._warned = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -125,6 +131,8 @@ class TraceContextMiddleware:
             if kind == "http.response.start":
                 status_code = int(message["status"])
                 handle.set_attribute(catalog.HTTP_RESPONSE_STATUS_CODE, status_code)
+                if self._headers.response:
+                    handle.set_attributes(self._headers.response_attributes(message.get("headers")))
             sent_before = completed
             # complete before the send returns: a server may answer receive() with a disconnect
             # once the response is out, while this send is still awaiting (hypercorn does)
@@ -181,21 +189,20 @@ class TraceContextMiddleware:
         server = scope.get("server") or (None, None)
         sent = scope.get("method", "GET")
         method = sent if sent in _KNOWN_METHODS else _OTHER_METHOD
+        attributes: dict[str, object] = {
+            catalog.HTTP_REQUEST_METHOD: method,
+            catalog.HTTP_REQUEST_METHOD_ORIGINAL: sent if method == _OTHER_METHOD else None,
+            catalog.URL_PATH: scope.get("path"),
+            catalog.URL_SCHEME: scope.get("scheme"),
+            catalog.SERVER_ADDRESS: server[0],
+            catalog.SERVER_PORT: server[1],
+            catalog.USER_AGENT_ORIGINAL: headers.get("user-agent"),
+            catalog.KAOS_TRACE_TRUST: incoming.trust.value,
+        }
+        if self._headers.request:
+            attributes.update(self._headers.request_attributes(pairs))
         return self._otel.span_begin(
-            _span_method(scope),
-            SpanKind.SERVER,
-            {
-                catalog.HTTP_REQUEST_METHOD: method,
-                catalog.HTTP_REQUEST_METHOD_ORIGINAL: sent if method == _OTHER_METHOD else None,
-                catalog.URL_PATH: scope.get("path"),
-                catalog.URL_SCHEME: scope.get("scheme"),
-                catalog.SERVER_ADDRESS: server[0],
-                catalog.SERVER_PORT: server[1],
-                catalog.USER_AGENT_ORIGINAL: headers.get("user-agent"),
-                catalog.KAOS_TRACE_TRUST: incoming.trust.value,
-            },
-            links=incoming.links,
-            parent=incoming.parent,
+            _span_method(scope), SpanKind.SERVER, attributes, links=incoming.links, parent=incoming.parent
         )
 
 
@@ -253,6 +260,73 @@ def _name_by_route(handle: SpanHandle, scope: Scope, root_path: str) -> None:
         handle.set_attribute(catalog.HTTP_ROUTE, template)
     except Exception as exc:
         internal_error("naming a server span", exc)
+
+
+_CAPTURED_HEADERS_VARIABLES = (
+    "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST",
+    "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_RESPONSE",
+    "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SANITIZE_FIELDS",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _HeaderCapture:
+    """The request and response headers recorded on the server span, as OpenTelemetry's HTTP
+    server instrumentations read :data:`_CAPTURED_HEADERS_VARIABLES`: comma-separated regular
+    expressions matching whole header names, case-insensitively; a header matching a
+    ``SANITIZE_FIELDS`` expression (searched in its name) is recorded as ``[REDACTED]``.
+
+    A header is recorded as the HTTP conventions say: ``http.request.header.<name>`` (and
+    ``http.response.header.<name>``), the name in lowercase, its values as a list. (OpenTelemetry
+    Python's instrumentations still write ``-`` as ``_`` in the name: ``content_type``.) Values
+    pass through the content-safety layer as every attribute does: ``authorization``, ``cookie``
+    and other secret-named headers are masked whole."""
+
+    request: tuple[re.Pattern[str], ...] = ()
+    response: tuple[re.Pattern[str], ...] = ()
+    sanitized: tuple[re.Pattern[str], ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> _HeaderCapture:
+        """The capture the environment asks for (none by default)."""
+        request, response, sanitized = (_header_patterns(env, name) for name in _CAPTURED_HEADERS_VARIABLES)
+        return cls(request, response, sanitized)
+
+    def request_attributes(self, headers: Iterable[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
+        """The request's headers to record, from its decoded (name, value) pairs."""
+        return self._attributes(catalog.HTTP_REQUEST_HEADER_TEMPLATE, self.request, headers)
+
+    def response_attributes(
+        self, headers: Iterable[tuple[bytes, bytes]] | None
+    ) -> dict[str, tuple[str, ...]]:
+        """The response's headers to record, from an ``http.response.start`` message's."""
+        decoded = ((key.decode("latin-1"), value.decode("latin-1")) for key, value in headers or ())
+        return self._attributes(catalog.HTTP_RESPONSE_HEADER_TEMPLATE, self.response, decoded)
+
+    def _attributes(
+        self, prefix: str, patterns: tuple[re.Pattern[str], ...], headers: Iterable[tuple[str, str]]
+    ) -> dict[str, tuple[str, ...]]:
+        recorded: dict[str, list[str]] = {}
+        for name, value in headers:
+            name = name.lower()
+            if any(pattern.fullmatch(name) for pattern in patterns):
+                sanitized = any(pattern.search(name) for pattern in self.sanitized)
+                recorded.setdefault(f"{prefix}.{name}", []).append(REDACTED if sanitized else value)
+        return {key: tuple(values) for key, values in recorded.items()}
+
+
+def _header_patterns(env: Mapping[str, str], name: str) -> tuple[re.Pattern[str], ...]:
+    """The header-name expressions of the variable ``name`` (case-insensitive); an empty entry is
+    left out, and so is one that does not compile, with a warning."""
+    patterns = []
+    for entry in (part.strip() for part in env.get(name, "").split(",")):
+        if not entry:
+            continue
+        try:
+            patterns.append(re.compile(entry, re.IGNORECASE))
+        except re.error as exc:
+            _log.warning("kaos-otel: %s entry %r left out: %s", name, entry, exc)
+    return tuple(patterns)
 
 
 _EXCLUDED_URLS_VARIABLES = ("OTEL_PYTHON_FASTAPI_EXCLUDED_URLS", "OTEL_PYTHON_EXCLUDED_URLS")
