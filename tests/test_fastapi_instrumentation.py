@@ -278,44 +278,82 @@ async def test_headers_named_by_the_opentelemetry_variables_are_recorded_and_sec
 ) -> None:
     """``OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST`` / ``_RESPONSE`` name headers
     by regular expressions matching whole names, case-insensitively, as OpenTelemetry's HTTP
-    instrumentations read them; each is recorded with all its values under the HTTP conventions'
-    ``http.request.header.<name>``. ``..._SANITIZE_FIELDS`` records a header as ``[REDACTED]``,
-    and a secret-named one (``authorization``) is masked by the content-safety layer anyway. An
-    expression that does not compile is left out with a warning. Nothing is recorded unless asked."""
-    monkeypatch.setenv(CAPTURE + "REQUEST", "x-request-id, X-Tenant-.*, authorization, (bad")
-    monkeypatch.setenv(CAPTURE + "RESPONSE", "content-type,x-session-token")
+    instrumentations read them; each is recorded with all its values (UTF-8) under the HTTP
+    conventions' ``http.request.header.<name>``. ``..._SANITIZE_FIELDS`` records a header as
+    ``[REDACTED]``, and a secret-named one (``authorization``) is masked by the content-safety
+    layer anyway. An expression that does not compile is left out with a warning. At most 32
+    names are recorded each way, and the span's own attributes are kept."""
+    monkeypatch.setenv(CAPTURE + "REQUEST", "x-request-id, X-Tenant-.*, authorization, x-h[0-9]+, (bad")
+    monkeypatch.setenv(CAPTURE + "RESPONSE", "content-type,x-session-id")
     monkeypatch.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SANITIZE_FIELDS", "session")
     otel = make_otel()
     app = FastAPI()
 
     @app.get("/ask")
     async def ask() -> PlainTextResponse:
-        return PlainTextResponse("ok", headers={"X-Session-Token": "s-123"})
+        return PlainTextResponse("ok", headers={"X-Session-Id": "s-123"})
 
     instrument_app(app, otel)
-    headers = [
+    named = [
         ("X-Request-Id", "r-1"),
         ("X-Tenant-Region", "eu"),
-        ("X-Tenant-Region", "us"),
+        ("X-Tenant-Region", "Zürich"),  # UTF-8 bytes on the wire
         ("X-Request-Idx", "not whole"),
         ("Authorization", "Bearer abc123xyz987"),
         ("Cookie", "sid=not-named"),
-    ]
+    ] + [(f"X-H{i}", str(i)) for i in range(200)]
+    headers = [(name.encode(), value.encode()) for name, value in named]
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client:
         assert (await client.get("/ask", headers=headers)).status_code == 200
     assert otel.force_flush(10)
     assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) == 1, 10)
     attributes = _server_spans(otlp_receiver)[0].attributes
     recorded = {key: value for key, value in attributes.items() if ".header." in key}
-    assert recorded == {
+    numbered = {key for key in recorded if key.startswith("http.request.header.x-h")}
+    assert len(numbered) == 32 - 3  # after the three named first
+    assert {key: value for key, value in recorded.items() if key not in numbered} == {
         "http.request.header.x-request-id": ("r-1",),
-        "http.request.header.x-tenant-region": ("eu", "us"),
+        "http.request.header.x-tenant-region": ("eu", "Zürich"),
         "http.request.header.authorization": ("[REDACTED]",),
         "http.response.header.content-type": ("text/plain; charset=utf-8",),
-        "http.response.header.x-session-token": ("[REDACTED]",),
+        "http.response.header.x-session-id": ("[REDACTED]",),
     }
+    assert attributes[catalog.HTTP_REQUEST_METHOD] == "GET" and attributes[catalog.URL_PATH] == "/ask"
     left_out = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert len(left_out) == 1 and "'(bad'" in left_out[0], left_out
+
+
+async def _answers_with_headers_as_text_from_a_generator(scope: Any, receive: Any, send: Any) -> None:
+    """An app within the ASGI spec's letter: headers as any iterable (here of str pairs, which
+    servers accept too)."""
+    headers = (pair for pair in [("x-app", "1"), ("content-type", "text/plain")])
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def test_capturing_response_headers_changes_nothing_the_server_is_sent(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Headers given as a generator reach the server whole although the capture read them, and
+    headers given as text, not bytes, are read as well."""
+    monkeypatch.setenv(CAPTURE + "RESPONSE", "x-app")
+    otel = make_otel()
+    sent: list[Any] = []
+
+    async def server_send(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            sent.extend(message["headers"])
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    middleware = TraceContextMiddleware(_answers_with_headers_as_text_from_a_generator, otel=otel)
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": [], "scheme": "http"}
+    await middleware(scope, receive, server_send)
+    assert sent == [("x-app", "1"), ("content-type", "text/plain")]
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) == 1, 10)
+    assert _server_spans(otlp_receiver)[0].attributes["http.response.header.x-app"] == ("1",)
 
 
 class ClientGone(OSError):

@@ -132,7 +132,7 @@ class TraceContextMiddleware:
                 status_code = int(message["status"])
                 handle.set_attribute(catalog.HTTP_RESPONSE_STATUS_CODE, status_code)
                 if self._headers.response:
-                    handle.set_attributes(self._headers.response_attributes(message.get("headers")))
+                    self._record_response_headers(handle, message)
             sent_before = completed
             # complete before the send returns: a server may answer receive() with a disconnect
             # once the response is out, while this send is still awaiting (hypercorn does)
@@ -169,6 +169,16 @@ class TraceContextMiddleware:
             _name_by_route(handle, scope, root_path)
             _end_server_span(handle, raised, status_code, completed=completed, disconnected=disconnected)
 
+    def _record_response_headers(self, handle: SpanHandle, message: Message) -> None:
+        """Record the response headers to capture; never raises (the response goes out as sent)."""
+        try:
+            headers = message.get("headers") or ()
+            if not isinstance(headers, list | tuple):  # any iterable: read once, so kept for the server
+                headers = message["headers"] = list(headers)
+            handle.set_attributes(self._headers.response_attributes(headers))
+        except Exception as exc:
+            internal_error("recording response headers", exc)
+
     def _warn_if_doubled(self, scope: Scope) -> None:
         """Report, once per middleware, a second server span around this one (with the fix)."""
         outer = trace.get_current_span()
@@ -189,7 +199,10 @@ class TraceContextMiddleware:
         server = scope.get("server") or (None, None)
         sent = scope.get("method", "GET")
         method = sent if sent in _KNOWN_METHODS else _OTHER_METHOD
-        attributes: dict[str, object] = {
+        # captured headers first: past the SDK's attribute count limit the first ones set are
+        # dropped, not the request's method, path or trust
+        attributes: dict[str, object] = self._headers.request_attributes(scope.get("headers") or ())
+        attributes |= {
             catalog.HTTP_REQUEST_METHOD: method,
             catalog.HTTP_REQUEST_METHOD_ORIGINAL: sent if method == _OTHER_METHOD else None,
             catalog.URL_PATH: scope.get("path"),
@@ -199,8 +212,6 @@ class TraceContextMiddleware:
             catalog.USER_AGENT_ORIGINAL: headers.get("user-agent"),
             catalog.KAOS_TRACE_TRUST: incoming.trust.value,
         }
-        if self._headers.request:
-            attributes.update(self._headers.request_attributes(pairs))
         return self._otel.span_begin(
             _span_method(scope), SpanKind.SERVER, attributes, links=incoming.links, parent=incoming.parent
         )
@@ -277,10 +288,12 @@ class _HeaderCapture:
     ``SANITIZE_FIELDS`` expression (searched in its name) is recorded as ``[REDACTED]``.
 
     A header is recorded as the HTTP conventions say: ``http.request.header.<name>`` (and
-    ``http.response.header.<name>``), the name in lowercase, its values as a list. (OpenTelemetry
-    Python's instrumentations still write ``-`` as ``_`` in the name: ``content_type``.) Values
-    pass through the content-safety layer as every attribute does: ``authorization``, ``cookie``
-    and other secret-named headers are masked whole."""
+    ``http.response.header.<name>``), the name in lowercase, its values as a list (UTF-8, else
+    Latin-1). (OpenTelemetry Python's instrumentations still write ``-`` as ``_`` in the name:
+    ``content_type``.) At most :data:`_MAX_CAPTURED_HEADERS` names each way: a client sending
+    hundreds of headers does not crowd out the span's other attributes. Values pass through the
+    content-safety layer as every attribute does: ``authorization``, ``cookie`` and other
+    secret-named headers are masked whole."""
 
     request: tuple[re.Pattern[str], ...] = ()
     response: tuple[re.Pattern[str], ...] = ()
@@ -292,27 +305,48 @@ class _HeaderCapture:
         request, response, sanitized = (_header_patterns(env, name) for name in _CAPTURED_HEADERS_VARIABLES)
         return cls(request, response, sanitized)
 
-    def request_attributes(self, headers: Iterable[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
-        """The request's headers to record, from its decoded (name, value) pairs."""
+    def request_attributes(self, headers: Iterable[tuple[bytes | str, bytes | str]]) -> dict[str, object]:
+        """The request's headers to record, from its ASGI scope's (name, value) pairs."""
         return self._attributes(catalog.HTTP_REQUEST_HEADER_TEMPLATE, self.request, headers)
 
-    def response_attributes(
-        self, headers: Iterable[tuple[bytes, bytes]] | None
-    ) -> dict[str, tuple[str, ...]]:
+    def response_attributes(self, headers: Iterable[tuple[bytes | str, bytes | str]]) -> dict[str, object]:
         """The response's headers to record, from an ``http.response.start`` message's."""
-        decoded = ((key.decode("latin-1"), value.decode("latin-1")) for key, value in headers or ())
-        return self._attributes(catalog.HTTP_RESPONSE_HEADER_TEMPLATE, self.response, decoded)
+        return self._attributes(catalog.HTTP_RESPONSE_HEADER_TEMPLATE, self.response, headers)
 
     def _attributes(
-        self, prefix: str, patterns: tuple[re.Pattern[str], ...], headers: Iterable[tuple[str, str]]
-    ) -> dict[str, tuple[str, ...]]:
+        self,
+        prefix: str,
+        patterns: tuple[re.Pattern[str], ...],
+        headers: Iterable[tuple[bytes | str, bytes | str]],
+    ) -> dict[str, object]:
+        if not patterns:
+            return {}
         recorded: dict[str, list[str]] = {}
-        for name, value in headers:
-            name = name.lower()
-            if any(pattern.fullmatch(name) for pattern in patterns):
-                sanitized = any(pattern.search(name) for pattern in self.sanitized)
-                recorded.setdefault(f"{prefix}.{name}", []).append(REDACTED if sanitized else value)
+        for raw_name, raw_value in headers:
+            name = _header_text(raw_name).lower()
+            key = f"{prefix}.{name}"
+            if key not in recorded and (
+                len(recorded) >= _MAX_CAPTURED_HEADERS or not any(p.fullmatch(name) for p in patterns)
+            ):
+                continue
+            sanitized = any(pattern.search(name) for pattern in self.sanitized)
+            recorded.setdefault(key, []).append(REDACTED if sanitized else _header_text(raw_value))
         return {key: tuple(values) for key, values in recorded.items()}
+
+
+_MAX_CAPTURED_HEADERS = 32
+"""Header names recorded at most per request, and per response."""
+
+
+def _header_text(raw: bytes | str) -> str:
+    """A header's name or value as text: UTF-8, else Latin-1 (any byte), as OpenTelemetry's ASGI
+    instrumentation decodes them; a server may pass text already."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def _header_patterns(env: Mapping[str, str], name: str) -> tuple[re.Pattern[str], ...]:
