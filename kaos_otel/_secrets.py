@@ -55,16 +55,20 @@ _SECRET_IN_NAME = rf"(?i:{_SECRET_NAMES}|token)"
 ``api-token``), as a regex."""
 
 _PASS_OWNERS = (
-    r"(?<![A-Za-z0-9])(?:db|database|mysql|mariadb|pg|postgres|postgresql|redis|smtp|imap|mail"
-    r"|email|ftp|sftp|ssh|ldap|admin|root|user|login|app|amqp|rabbitmq|mongo|mongodb|proxy|wifi|vnc"
-    r"|bind|master)[_.-]?"
+    r"(?:(?<![A-Za-z0-9])|(?-i:(?<=[a-z0-9])(?=[A-Z])))"
+    r"(?:db|database|mysql|mariadb|pg|postgres|postgresql|redis|smtp|imap|mail|email|ftp|sftp|ssh"
+    r"|ldap|admin|root|user|login|app|amqp|rabbitmq|mongo|mongodb|wifi|vnc|bind|master)[_.-]{0,2}"
 )
-"""Whose password a name ending in "pass" names: a service or a user, as the word before it (a
-pattern for a case-insensitive regex)."""
+"""Whose password a name ending in "pass" names: a service or a user, as the word before it, also
+in camelCase or after a double separator (``mysqlRootPass``, ``APP__DB__PASS``); not nginx's
+``proxy_pass`` (a URL). A pattern for a case-insensitive regex."""
 
-_OWNER_PASS = re.compile(r"(?i)" + _PASS_OWNERS + r"pass\Z")
-"""A name ending in a service's or a user's "pass" (``DB_PASS``, ``smtp.pass``, ``rootpass``): a
-bare ``pass`` is as often a count or a stage (``PASS=12``, ``LINT_PASS=clean``)."""
+_OWNER_PASS_NAME = r"(?i:" + _PASS_OWNERS + r"pass)"
+"""A name ending in a service's or a user's "pass" (``DB_PASS``, ``smtp.pass``, ``rootpass``), as a
+regex: a bare ``pass`` is as often a count or a stage (``PASS=12``, ``LINT_PASS=clean``)."""
+
+_OWNER_PASS = re.compile(_OWNER_PASS_NAME + r"\Z")
+"""A name that ends as :data:`_OWNER_PASS_NAME` says."""
 
 _SECRET_WORD = re.compile(_SECRET_IN_NAME)
 """A secret's name anywhere in a key."""
@@ -314,17 +318,21 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # <DB_PASS>x</DB_PASS>)
     re.compile(
         r"<(?:[\w.-]{1,32}:)?"
-        r"(?:[\w-]{0,32}" + _SECRET_IN_NAME + r"s?|[\w-]{0,32}?(?i:" + _PASS_OWNERS + r"pass))>"
+        r"(?:[\w-]{0,32}" + _SECRET_IN_NAME + r"s?|[\w-]{0,32}?" + _OWNER_PASS_NAME + r")>"
         r"(?P<value>[^<\s][^<\r\n]{0,255})<"
     ),
     # a name/value pair whose name names a secret: Kubernetes env entries, in JSON and in YAML
     # ({"name": "DB_PASSWORD", "value": "x"}; "- name: DB_PASSWORD" then "value: x")
     re.compile(
-        r"\"name\"[^\S\r\n]*:[^\S\r\n]*\"[\w.-]{0,64}" + _SECRET_IN_NAME + r"[\w.-]{0,64}\"[^\S\r\n]*,"
+        r"\"name\"[^\S\r\n]*:[^\S\r\n]*\""
+        r"(?:[\w.-]{0,64}" + _SECRET_IN_NAME + r"[\w.-]{0,64}|[\w.-]{0,64}?" + _OWNER_PASS_NAME + r")"
+        r"\"[^\S\r\n]*,"
         r"[^\S\r\n]*\"value\"[^\S\r\n]*:[^\S\r\n]*\"(?P<value>(?:[^\"\\\r\n]|\\.)*)\""
     ),
     re.compile(
-        r"name:[^\S\r\n]*[\"']?[\w.-]{0,64}" + _SECRET_IN_NAME + r"[\w.-]{0,64}[\"']?[^\S\r\n]*\r?\n"
+        r"name:[^\S\r\n]*[\"']?"
+        r"(?:[\w.-]{0,64}" + _SECRET_IN_NAME + r"[\w.-]{0,64}|[\w.-]{0,64}?" + _OWNER_PASS_NAME + r")"
+        r"[\"']?[^\S\r\n]*\r?\n"
         r"[^\S\r\n]*value:[^\S\r\n]*[\"']?(?P<value>[^\s\"']+)"
     ),
     # a (name, value) pair whose name names a secret (as a key=value key would: names_a_secret),

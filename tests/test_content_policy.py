@@ -686,6 +686,8 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "DB_PASS",
         "smtp.pass",
         "MYSQL_ROOT_PASS",
+        "ldapBindPass",
+        "APP__DB__PASS",
     ):
         assert policy.clean_attribute(key, "4f9a8b7c6d5e") == REDACTED, key  # the key's last name
     said_about_a_secret: dict[str, AnyValue] = {  # counts, dates, places: not the secret
@@ -703,6 +705,8 @@ def test_keys_are_read_as_the_key_of_key_value_text() -> None:
         "pass_through": "yes",
         "ci.LINT_PASS": "clean",
         "PASS": "12",
+        "nginx.proxy_pass": "http://app:8000",
+        "compilerPass": "inline",
     }
     assert policy.clean_attributes(said_about_a_secret) == said_about_a_secret
     conventions: dict[str, AnyValue] = {

@@ -495,6 +495,11 @@ def test_false_positive_rate_on_benign_text_is_measured_and_low() -> None:
         "<DB_PASS>hunter2x</DB_PASS>",
         "<ns:mysql_root_pass>hunter2x</ns:mysql_root_pass>",
         '[["PORT", "5432"], ["SMTP_PASS", "hunter2x"]]',
+        # a review of those: Kubernetes env entries, camelCase, a double separator
+        '{"name": "DB_PASS", "value": "hunter2x"}',
+        "- name: DB_PASS\n  value: hunter2x",
+        "mysqlRootPass=hunter2x",
+        "APP__DB__PASS=hunter2x",
     ],
 )
 def test_a_secret_under_a_key_with_a_suffix_is_masked(text: str) -> None:
@@ -580,6 +585,9 @@ def test_a_value_ends_where_the_next_pair_starts(text: str) -> None:
         "<LINT_PASS>clean</LINT_PASS>",
         "LINT_PASS: |\n  clean\n",
         '[["LINT_PASS", "clean"]]',
+        '{"name": "LINT_PASS", "value": "clean"}',
+        "proxy_pass: http://app:8000",
+        "compilerPass=inline",
         "opt -pass=mem2reg",
         "compiler_pass = InlinePass(config)",
         "the model's token is 128009",
@@ -634,6 +642,8 @@ def test_text_about_a_secret_is_left_alone(text: str) -> None:
         "password: |#",
         "|#",
         "<db_pass>a",
+        '"name": "dbUser',
+        "name: aDb__",
     ],
 )
 def test_scanning_hostile_text_costs_time_in_proportion_to_its_length(unit: str) -> None:
