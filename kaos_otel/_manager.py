@@ -100,9 +100,15 @@ class KaosOtelManager(AgentTelemetry):
         )
         if parts.enabled:
             _RUNNING[self] = None  # one dict operation: atomic, no lock (none to inherit locked in a fork)
-            from multiprocessing.util import register_after_fork
+            from multiprocessing import parent_process
+            from multiprocessing.util import Finalize, register_after_fork
 
             register_after_fork(self, _flush_when_the_child_exits)
+            if parent_process() is not None:
+                # made in a multiprocessing child (a Pool initializer, a worker's task): a forked
+                # one leaves with os._exit, past atexit, so it is shut down by multiprocessing's
+                # exit finalizers, its metrics and its loss report included
+                Finalize(None, _shut_down_in_child, args=(self,), exitpriority=0)
 
     @property
     def tracer_provider(self) -> trace.TracerProvider:
@@ -171,6 +177,13 @@ def _flush_when_the_child_exits(manager: KaosOtelManager) -> None:
     from multiprocessing.util import Finalize
 
     Finalize(None, manager.pipeline.flush_queues, args=(CHILD_EXIT_FLUSH_S,), exitpriority=0)
+
+
+def _shut_down_in_child(manager: KaosOtelManager) -> None:
+    """Shut down a manager made in a ``multiprocessing`` child as the child ends, within
+    :data:`CHILD_EXIT_FLUSH_S` (a no-op when it was shut down already)."""
+    if manager in _RUNNING:
+        manager.shutdown(CHILD_EXIT_FLUSH_S)
 
 
 _default_lock = threading.Lock()

@@ -172,6 +172,45 @@ def test_multiprocessing_children_forked_from_the_manager_export_their_spans(
     assert [p.value for p in points if p.name == catalog.KAOS_MEMORY_COMPACTIONS] == [1]  # the parent's
 
 
+def test_a_manager_made_in_a_forked_pool_worker_exports_at_the_workers_end(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    """A manager made in a worker (a Pool initializer: no manager in the parent) is shut down by
+    multiprocessing's exit finalizers, which run before the worker's os._exit: its spans and its
+    metrics leave."""
+    result = run_python(
+        """
+        import multiprocessing
+        from kaos_otel import KaosOtelManager
+
+        otel = None
+
+        def start_worker():
+            global otel
+            otel = KaosOtelManager("worker", bridge_logging=False)
+
+        def work(i):
+            with otel.span(f"work {i}"):
+                otel.record_compaction("agent")
+            return i
+
+        pool = multiprocessing.get_context("fork").Pool(2, initializer=start_worker)
+        print("RESULTS", sorted(pool.map(work, [1, 2, 3, 4], chunksize=1)))
+        pool.close()
+        pool.join()
+        """,
+        clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RESULTS [1, 2, 3, 4]" in result.stdout, result.stdout
+    names = ["work 1", "work 2", "work 3", "work 4"]
+    assert otlp_receiver.wait_for(lambda r: sorted(s.name for s in r.spans()) == names, 10)
+    compactions = catalog.KAOS_MEMORY_COMPACTIONS
+    assert otlp_receiver.wait_for(
+        lambda r: sum(p.value or 0 for p in r.metric_points() if p.name == compactions) == 4, 10
+    )
+
+
 # --- a dead or hanging collector -----------------------------------------------------------------
 
 
