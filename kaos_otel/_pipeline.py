@@ -576,13 +576,21 @@ class ExportPipeline:
         """Export what this pipeline's span and log queues hold, within ``timeout`` seconds in all.
 
         For a forked child at its exit: metrics are left alone (the child holds its parent's totals
-        too, which the parent exports), and a child that queued nothing returns at once.
+        too, which the parent exports), and a child with nothing queued or being sent returns at
+        once. What did not leave in time is counted as lost and said in a warning: the loss metric
+        cannot leave a process that is ending.
         """
         deadline = time.monotonic() + timeout
+        lost: Counter[str] = Counter()
         for batch in self._batches:
             remaining = deadline - time.monotonic()
-            if batch.queued and remaining > 0:
-                batch.force_flush(int(remaining * 1000))
+            if batch.pending and not (remaining > 0 and batch.force_flush(int(remaining * 1000))):
+                lost[batch.signal] += batch.abandon()
+        if lost:
+            _log.warning(
+                "kaos-otel: telemetry never exported as this process ends (collector slow or down): %s",
+                ", ".join(f"{count} {signal}" for signal, count in sorted(lost.items())),
+            )
 
     def force_flush(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Export everything buffered, on the providers in use (the host's too); returns within

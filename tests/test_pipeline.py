@@ -270,6 +270,45 @@ def test_hanging_collector_shutdown_meets_its_deadline(
     assert otlp_receiver.spans() == []
 
 
+def test_what_a_forked_child_could_not_send_is_counted_and_said_as_it_ends(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    """The collector hanging: a multiprocessing child's spans, already inside an export call
+    (nothing left in the queue), do not leave within its exit flush; they are counted as lost and
+    a warning says so, the parent's own spans not among them."""
+    otlp_receiver.set_failure("hang")
+    result = run_python(
+        """
+        import multiprocessing, time
+        from kaos_otel import KaosOtelManager
+
+        otel = KaosOtelManager("forked", bridge_logging=False)
+        with otel.span("the parent's"):
+            pass
+
+        def work():
+            for i in range(5):
+                with otel.span(f"work {i}"):
+                    pass
+            time.sleep(0.5)  # the export thread takes them, and hangs
+            print("QUEUED", otel.queued(), flush=True)
+
+        child = multiprocessing.get_context("fork").Process(target=work)
+        child.start()
+        child.join()
+        print("EXIT CODE", child.exitcode)
+        otel.shutdown(1)
+        """,
+        clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint, OTEL_BSP_SCHEDULE_DELAY="50"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "QUEUED 0" in result.stdout and "EXIT CODE 0" in result.stdout, result.stdout
+    said = [line for line in result.stderr.splitlines() if "as this process ends" in line]
+    assert said == [
+        "kaos-otel: telemetry never exported as this process ends (collector slow or down): 5 traces"
+    ], result.stderr
+
+
 def test_managers_left_running_are_shut_down_at_exit_within_one_deadline(otlp_receiver: OtlpReceiver) -> None:
     """Three managers nobody shut down, the collector hanging: the process leaves within one
     shutdown deadline (5 s), not three in a row, and each counts what it could not send."""

@@ -43,6 +43,7 @@ from kaos_otel.exporters.health import Signal, TelemetryHealth
 from kaos_otel.exporters.pipeline import exporting, on_export_thread
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 
 def _instrumentation_suppressor() -> Callable[[], AbstractContextManager[object]]:
@@ -265,8 +266,9 @@ class BatchQueue(Generic[T]):
         self._health.record_drop(self._signal, "shutdown", left)
         return True
 
-    def abandon(self, exporter: object) -> None:
-        """After a missed deadline: count every item still held as lost, export no more.
+    def abandon(self, exporter: object) -> int:
+        """After a missed deadline: count every item still held as lost, export no more; returns
+        how many.
 
         That is the queue plus the batch ``exporter`` is still sending, if it tells
         (``abandon()``, as the wrappers of :mod:`kaos_otel.exporters.pipeline` do).
@@ -279,6 +281,7 @@ class BatchQueue(Generic[T]):
         if callable(abandon_export):
             held += int(abandon_export())
         self._health.record_drop(self._signal, "shutdown", held)
+        return held
 
 
 def _call(reference: weakref.WeakMethod[Callable[[], None]]) -> None:
@@ -287,10 +290,11 @@ def _call(reference: weakref.WeakMethod[Callable[[], None]]) -> None:
         method()
 
 
-class _QueuedProcessor(Generic[T]):
+class _QueuedProcessor(Generic[T, E]):
     """What the span and log processors share: one :class:`BatchQueue` and what it tells."""
 
     _queue: BatchQueue[T]
+    _exporter: E
 
     @property
     def settings(self) -> BatchSettings:
@@ -303,6 +307,12 @@ class _QueuedProcessor(Generic[T]):
         return len(self._queue)
 
     @property
+    def pending(self) -> int:
+        """Items waiting for export or inside an export call (when the exporter tells, as the
+        wrappers of :mod:`kaos_otel.exporters.pipeline` do with ``in_flight``)."""
+        return len(self._queue) + int(getattr(self._exporter, "in_flight", 0))
+
+    @property
     def signal(self) -> Signal:
         """What this processor exports."""
         return self._queue.signal
@@ -312,7 +322,7 @@ class _QueuedProcessor(Generic[T]):
         return self._queue.force_flush(timeout_millis / 1000)
 
 
-class SpanBatchProcessor(_QueuedProcessor[ReadableSpan], SpanProcessor):
+class SpanBatchProcessor(_QueuedProcessor[ReadableSpan, SpanExporter], SpanProcessor):
     """Queues sampled spans as they end and exports them in batches off the request's thread."""
 
     def __init__(self, exporter: SpanExporter, health: TelemetryHealth, settings: BatchSettings) -> None:
@@ -338,12 +348,12 @@ class SpanBatchProcessor(_QueuedProcessor[ReadableSpan], SpanProcessor):
         if self._queue.shutdown(timeout_millis / 1000):
             self._exporter.shutdown()
 
-    def abandon(self) -> None:
-        """After a missed shutdown deadline: count every span still held as lost."""
-        self._queue.abandon(self._exporter)
+    def abandon(self) -> int:
+        """After a missed shutdown deadline: count every span still held as lost; returns how many."""
+        return self._queue.abandon(self._exporter)
 
 
-class LogBatchProcessor(_QueuedProcessor[ReadWriteLogRecord], LogRecordProcessor):
+class LogBatchProcessor(_QueuedProcessor[ReadWriteLogRecord, LogRecordExporter], LogRecordProcessor):
     """Caps each log record's text body (the queue's memory stays bounded) and exports the records
     in batches off the request's thread; the exporter cleans them
     (:class:`~kaos_otel.exporters.pipeline.SanitizingLogExporter`)."""
@@ -389,6 +399,6 @@ class LogBatchProcessor(_QueuedProcessor[ReadWriteLogRecord], LogRecordProcessor
         if self._queue.shutdown(30.0):
             self._exporter.shutdown()  # type: ignore[no-untyped-call]
 
-    def abandon(self) -> None:
-        """After a missed shutdown deadline: count every record still held as lost."""
-        self._queue.abandon(self._exporter)
+    def abandon(self) -> int:
+        """After a missed shutdown deadline: count every record still held as lost; returns how many."""
+        return self._queue.abandon(self._exporter)

@@ -6,6 +6,7 @@ export thread, never on the request's thread, and they never raise into the SDK.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -61,22 +62,38 @@ class _InFlight:
         self._lock = threading.Lock()
         self._count = 0
         self._abandoned = False
+        self._pid = os.getpid()
+
+    def _in_this_process(self) -> None:
+        """In a forked child, start afresh: the parent's calls are the parent's, and its lock may
+        have been held by a thread the child does not have."""
+        if self._pid != os.getpid():
+            self._lock, self._count, self._pid = threading.Lock(), 0, os.getpid()
 
     def start(self, count: int) -> None:
+        self._in_this_process()
         with self._lock:
             if not self._abandoned:
                 self._count += count
 
     def finish(self, count: int) -> bool:
         """The call returned; ``False`` if :meth:`abandon` already counted its items as lost."""
+        self._in_this_process()
         with self._lock:
             if self._abandoned:
                 return False
             self._count -= count
             return True
 
+    @property
+    def count(self) -> int:
+        """Items inside calls that have not returned (this process's)."""
+        self._in_this_process()
+        return self._count
+
     def abandon(self) -> int:
         """Give up on the calls in progress (and any later one); returns how many items they held."""
+        self._in_this_process()
         with self._lock:
             self._abandoned = True
             count, self._count = self._count, 0
@@ -218,6 +235,11 @@ class SanitizingSpanExporter(SpanExporter):
             yield start, min(start + step, count)
             start, step = start + step, self._max_request_spans
 
+    @property
+    def in_flight(self) -> int:
+        """Spans inside an export call that has not returned."""
+        return self._in_flight.count
+
     def abandon(self) -> int:
         """Spans in an export still running, now counted by the caller; later results are not counted."""
         return self._in_flight.abandon()
@@ -346,6 +368,11 @@ class SanitizingLogExporter(LogRecordExporter):
         if cleaned is resource:
             return log_record
         return ReadableLogRecord(record, cleaned, log_record.instrumentation_scope, log_record.limits)
+
+    @property
+    def in_flight(self) -> int:
+        """Records inside an export call that has not returned."""
+        return self._in_flight.count
 
     def abandon(self) -> int:
         """Records in an export still running, now counted by the caller; later results are not counted."""
