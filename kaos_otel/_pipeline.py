@@ -571,6 +571,10 @@ class ExportPipeline:
         """Items of ``signal`` waiting in this manager's export queue (0 without one)."""
         return sum(batch.queued for batch in self._batches if batch.signal == signal)
 
+    def pending(self, signal: Signal = "traces") -> int:
+        """Items of ``signal`` not exported yet: queued, or inside an export call."""
+        return sum(batch.pending for batch in self._batches if batch.signal == signal)
+
     # --- lifecycle ------------------------------------------------------------------------------
     def flush_queues(self, timeout: float) -> None:
         """Export what this pipeline's span and log queues hold, within ``timeout`` seconds in all.

@@ -267,6 +267,29 @@ async def test_urls_excluded_by_the_opentelemetry_variables_get_no_span(
         assert left_out == []
 
 
+def test_a_shutdown_flush_that_misses_its_deadline_says_what_it_left(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The collector hanging: the flush at lifespan end returns at its deadline and says what is
+    not exported yet, since a server that then stops the process by its signal skips the exit
+    handlers that would count it."""
+    otlp_receiver.set_failure("hang")
+    otel = make_otel(environ={"OTEL_BSP_SCHEDULE_DELAY": "3600000"})
+    app = FastAPI()
+
+    @app.get("/ask")
+    async def ask() -> dict[str, str]:
+        return {}
+
+    instrument_app(app, otel, flush_timeout_s=0.5)
+    started = time.monotonic()
+    with TestClient(app) as client:
+        assert client.get("/ask").status_code == 200
+    assert time.monotonic() - started < 5
+    said = [r.getMessage() for r in caplog.records if "shutdown flush missed" in r.getMessage()]
+    assert len(said) == 1 and "not exported yet: 1 traces, 0 logs" in said[0], said
+
+
 CAPTURE = "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_"
 
 

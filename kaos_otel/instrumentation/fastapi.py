@@ -56,8 +56,9 @@ def instrument_app(
     """Instrument a FastAPI or Starlette ``app`` with ``otel``; call it once, before serving.
 
     ``trust``, ``baggage_allowlist`` and ``excluded_paths`` go to the middleware (defaults from
-    ``otel``'s settings). At lifespan end ``otel.force_flush(flush_timeout_s)`` runs; the process
-    can go on (tests, reloads) and ``otel`` still shuts down at exit. A second call on the same app
+    ``otel``'s settings). At lifespan end ``otel.force_flush(flush_timeout_s)`` runs (a warning says
+    what it left behind if it misses the deadline); the process can go on (tests, reloads) and
+    ``otel`` still shuts down at exit. A second call on the same app
     is ignored with a warning.
     """
     if getattr(app.state, _MARK, False):
@@ -113,6 +114,19 @@ def _flushing(
             async with lifespan(app) as state:
                 yield state
         finally:
-            await anyio.to_thread.run_sync(otel.force_flush, timeout_s)
+            if not await anyio.to_thread.run_sync(otel.force_flush, timeout_s):
+                _warn_unexported(otel, timeout_s)
 
     return lifespan_then_flush
+
+
+def _warn_unexported(otel: KaosOtelManager, timeout_s: float) -> None:
+    """Say what the shutdown flush left behind: a server stopping its worker by a signal next
+    (uvicorn re-raises SIGTERM) skips the exit handlers that would count and report it."""
+    held = {signal: otel.pipeline.pending(signal) for signal in ("traces", "logs")}
+    _log.warning(
+        "kaos-otel: the app's shutdown flush missed its %.1f s deadline (collector slow or down); "
+        "not exported yet: %s, lost if the process is stopped now",
+        timeout_s,
+        ", ".join(f"{count} {signal}" for signal, count in held.items()),
+    )
