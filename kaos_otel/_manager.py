@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -61,6 +62,7 @@ class KaosOtelManager(AgentTelemetry):
             raise TypeError(
                 f"kaos-otel: redactor must be a function from str to str, not {type(redactor).__name__}"
             )
+        self._made_in = os.getpid()
         self.settings = TelemetrySettings.from_env(
             service_name=service_name,
             endpoint=endpoint,
@@ -106,9 +108,11 @@ class KaosOtelManager(AgentTelemetry):
             register_after_fork(self, _flush_when_the_child_exits)
             if parent_process() is not None:
                 # made in a multiprocessing child (a Pool initializer, a worker's task): a forked
-                # one leaves with os._exit, past atexit, so it is shut down by multiprocessing's
-                # exit finalizers, its metrics and its loss report included
-                Finalize(None, _shut_down_in_child, args=(self,), exitpriority=0)
+                # one leaves with os._exit, past atexit, so multiprocessing's exit finalizers stop it
+                global _child_exit_registered_in
+                if _child_exit_registered_in != self._made_in:
+                    _child_exit_registered_in = self._made_in
+                    Finalize(None, _stop_managers_made_in_this_child, exitpriority=0)
 
     @property
     def tracer_provider(self) -> trace.TracerProvider:
@@ -179,11 +183,26 @@ def _flush_when_the_child_exits(manager: KaosOtelManager) -> None:
     Finalize(None, manager.pipeline.flush_queues, args=(CHILD_EXIT_FLUSH_S,), exitpriority=0)
 
 
-def _shut_down_in_child(manager: KaosOtelManager) -> None:
-    """Shut down a manager made in a ``multiprocessing`` child as the child ends, within
-    :data:`CHILD_EXIT_FLUSH_S` (a no-op when it was shut down already)."""
-    if manager in _RUNNING:
-        manager.shutdown(CHILD_EXIT_FLUSH_S)
+_child_exit_registered_in: int | None = None
+"""The process whose multiprocessing exit finalizers stop the managers made in it."""
+
+
+def _stop_managers_made_in_this_child() -> None:
+    """As a ``multiprocessing`` child ends, stop the managers made in it, the newest first, within
+    one :data:`CHILD_EXIT_FLUSH_S` deadline for them all. One on the meter provider the child
+    inherited (its parent's, installed globally) only flushes its spans and log records: the
+    parent's metric totals are the parent's to export. Managers inherited from the parent are
+    flushed by :func:`_flush_when_the_child_exits`."""
+    deadline = time.monotonic() + CHILD_EXIT_FLUSH_S
+    for manager in reversed(list(_RUNNING)):
+        if manager._made_in != os.getpid():
+            continue
+        remaining = max(0.0, deadline - time.monotonic())
+        if manager.pipeline.owns_meter_provider:
+            manager.shutdown(remaining)
+        else:
+            _RUNNING.pop(manager, None)
+            manager.pipeline.flush_queues(remaining)
 
 
 _default_lock = threading.Lock()

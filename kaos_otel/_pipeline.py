@@ -314,6 +314,12 @@ class ExportPipeline:
         """The provider each signal goes to (built here or found installed)."""
         return {"traces": self.tracer_provider, "metrics": self.meter_provider, "logs": self.logger_provider}
 
+    @property
+    def owns_meter_provider(self) -> bool:
+        """Whether the meter provider in use was built by this pipeline (not found installed, as a
+        forked child finds its parent's, totals included)."""
+        return self._built(self.meter_provider)
+
     def _built(self, provider: Any) -> bool:
         """Whether this pipeline built ``provider`` (rather than finding the host's)."""
         return _sdk_provider(provider) in self._owned

@@ -287,7 +287,7 @@ def test_a_shutdown_flush_that_misses_its_deadline_says_what_it_left(
         assert client.get("/ask").status_code == 200
     assert time.monotonic() - started < 5
     said = [r.getMessage() for r in caplog.records if "shutdown flush missed" in r.getMessage()]
-    assert len(said) == 1 and "not exported yet: 1 traces, 0 logs" in said[0], said
+    assert len(said) == 1 and "not exported yet: 1 traces and any metric points," in said[0], said
 
 
 CAPTURE = "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_"
@@ -344,6 +344,30 @@ async def test_headers_named_by_the_opentelemetry_variables_are_recorded_and_sec
     assert attributes[catalog.HTTP_REQUEST_METHOD] == "GET" and attributes[catalog.URL_PATH] == "/ask"
     left_out = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert len(left_out) == 1 and "'(bad'" in left_out[0], left_out
+
+
+async def test_captured_headers_never_crowd_out_the_server_spans_own_attributes(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the SDK's attribute count limit the first attributes set are dropped: the captured
+    request headers, set before the span's own, are the ones to go."""
+    monkeypatch.setenv(CAPTURE + "REQUEST", "x-h[0-9]+")
+    otel = make_otel(environ={"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "16"})
+    app = FastAPI()
+
+    @app.get("/ask")
+    async def ask() -> dict[str, str]:
+        return {}
+
+    instrument_app(app, otel)
+    headers = {f"x-h{i}": str(i) for i in range(20)}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client:
+        assert (await client.get("/ask", headers=headers)).status_code == 200
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) == 1, 10)
+    attributes = _server_spans(otlp_receiver)[0].attributes
+    own = [catalog.HTTP_REQUEST_METHOD, catalog.URL_PATH, catalog.HTTP_ROUTE]
+    assert [key for key in [*own, catalog.HTTP_RESPONSE_STATUS_CODE] if key not in attributes] == []
 
 
 async def _answers_with_headers_as_text_from_a_generator(scope: Any, receive: Any, send: Any) -> None:

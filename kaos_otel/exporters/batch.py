@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -40,7 +39,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from kaos_otel._content import ContentPolicy
 from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel.exporters.health import Signal, TelemetryHealth
-from kaos_otel.exporters.pipeline import exporting, on_export_thread
+from kaos_otel.exporters.pipeline import exporting, in_forked_children, on_export_thread
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -163,8 +162,7 @@ class BatchQueue(Generic[T]):
         self._abandoned = False
         self._suppress_instrumentation = _instrumentation_suppressor()
         self._start_thread()
-        reference = weakref.WeakMethod(self._start_thread)
-        os.register_at_fork(after_in_child=lambda: _call(reference))
+        in_forked_children(self._start_thread)
 
     @property
     def settings(self) -> BatchSettings:
@@ -282,12 +280,6 @@ class BatchQueue(Generic[T]):
             held += int(abandon_export())
         self._health.record_drop(self._signal, "shutdown", held)
         return held
-
-
-def _call(reference: weakref.WeakMethod[Callable[[], None]]) -> None:
-    method = reference()
-    if method is not None:
-        method()
 
 
 class _QueuedProcessor(Generic[T, E]):

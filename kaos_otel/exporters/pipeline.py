@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar, overload
@@ -55,6 +56,19 @@ def on_export_thread() -> bool:
     return bool(getattr(_export_thread, "active", False))
 
 
+def in_forked_children(method: Callable[[], object]) -> None:
+    """Call ``method`` (bound) in every child this process forks, first thing, while its object
+    lives (the hook holds it weakly: a discarded queue or exporter is freed)."""
+    reference = weakref.WeakMethod(method)
+
+    def call_if_alive() -> None:
+        alive = reference()
+        if alive is not None:
+            alive()
+
+    os.register_at_fork(after_in_child=call_if_alive)
+
+
 class _InFlight:
     """Items inside an export call that has not returned yet, and whether they were given up on."""
 
@@ -62,23 +76,20 @@ class _InFlight:
         self._lock = threading.Lock()
         self._count = 0
         self._abandoned = False
-        self._pid = os.getpid()
+        in_forked_children(self._start_afresh)
 
-    def _in_this_process(self) -> None:
-        """In a forked child, start afresh: the parent's calls are the parent's, and its lock may
-        have been held by a thread the child does not have."""
-        if self._pid != os.getpid():
-            self._lock, self._count, self._pid = threading.Lock(), 0, os.getpid()
+    def _start_afresh(self) -> None:
+        """In a forked child, before its threads run: the parent's calls are the parent's, and
+        its lock may have been held by a thread the child does not have."""
+        self._lock, self._count = threading.Lock(), 0
 
     def start(self, count: int) -> None:
-        self._in_this_process()
         with self._lock:
             if not self._abandoned:
                 self._count += count
 
     def finish(self, count: int) -> bool:
         """The call returned; ``False`` if :meth:`abandon` already counted its items as lost."""
-        self._in_this_process()
         with self._lock:
             if self._abandoned:
                 return False
@@ -88,12 +99,10 @@ class _InFlight:
     @property
     def count(self) -> int:
         """Items inside calls that have not returned (this process's)."""
-        self._in_this_process()
         return self._count
 
     def abandon(self) -> int:
         """Give up on the calls in progress (and any later one); returns how many items they held."""
-        self._in_this_process()
         with self._lock:
             self._abandoned = True
             count, self._count = self._count, 0

@@ -124,9 +124,10 @@ def _warn_unexported(otel: KaosOtelManager, timeout_s: float) -> None:
     """Say what the shutdown flush left behind: a server stopping its worker by a signal next
     (uvicorn re-raises SIGTERM) skips the exit handlers that would count and report it."""
     held = {signal: otel.pipeline.pending(signal) for signal in ("traces", "logs")}
+    counted = ", ".join(f"{count} {signal}" for signal, count in held.items() if count)
     _log.warning(
         "kaos-otel: the app's shutdown flush missed its %.1f s deadline (collector slow or down); "
         "not exported yet: %s, lost if the process is stopped now",
         timeout_s,
-        ", ".join(f"{count} {signal}" for signal, count in held.items()),
+        f"{counted} and any metric points" if counted else "metric points",
     )
