@@ -103,16 +103,11 @@ class KaosOtelManager(AgentTelemetry):
         if parts.enabled:
             _RUNNING[self] = None  # one dict operation: atomic, no lock (none to inherit locked in a fork)
             from multiprocessing import parent_process
-            from multiprocessing.util import Finalize, register_after_fork
+            from multiprocessing.util import register_after_fork
 
-            register_after_fork(self, _flush_when_the_child_exits)
-            if parent_process() is not None:
-                # made in a multiprocessing child (a Pool initializer, a worker's task): a forked
-                # one leaves with os._exit, past atexit, so multiprocessing's exit finalizers stop it
-                global _child_exit_registered_in
-                if _child_exit_registered_in != self._made_in:
-                    _child_exit_registered_in = self._made_in
-                    Finalize(None, _stop_managers_made_in_this_child, exitpriority=0)
+            register_after_fork(self, _stop_at_child_exit)  # in the children forked from here
+            if parent_process() is not None:  # made in a child itself (a Pool initializer)
+                _stop_at_child_exit(self)
 
     @property
     def tracer_provider(self) -> trace.TracerProvider:
@@ -173,32 +168,33 @@ CHILD_EXIT_FLUSH_S = 2.0
 """How long a forked ``multiprocessing`` child's exit waits for its spans and log records to leave."""
 
 
-def _flush_when_the_child_exits(manager: KaosOtelManager) -> None:
-    """In a ``multiprocessing`` child forked from the manager's process (a ``Process``, a
-    ``ProcessPoolExecutor`` worker): the child leaves with ``os._exit``, past ``atexit``, so what it
-    queued is flushed by multiprocessing's own exit finalizers instead, within
-    :data:`CHILD_EXIT_FLUSH_S` (a child that queued nothing leaves at once)."""
-    from multiprocessing.util import Finalize
-
-    Finalize(None, manager.pipeline.flush_queues, args=(CHILD_EXIT_FLUSH_S,), exitpriority=0)
-
-
 _child_exit_registered_in: int | None = None
-"""The process whose multiprocessing exit finalizers stop the managers made in it."""
+"""The process whose multiprocessing exit finalizers run :func:`_stop_managers_at_child_exit`."""
 
 
-def _stop_managers_made_in_this_child() -> None:
-    """As a ``multiprocessing`` child ends, stop the managers made in it, the newest first, within
-    one :data:`CHILD_EXIT_FLUSH_S` deadline for them all. One on the meter provider the child
-    inherited (its parent's, installed globally) only flushes its spans and log records: the
-    parent's metric totals are the parent's to export. Managers inherited from the parent are
-    flushed by :func:`_flush_when_the_child_exits`."""
+def _stop_at_child_exit(_manager: KaosOtelManager) -> None:
+    """In a ``multiprocessing`` child (a ``Process``, a ``Pool`` or ``ProcessPoolExecutor``
+    worker): a forked one leaves with ``os._exit``, past ``atexit``, so the managers running in it
+    are stopped by multiprocessing's own exit finalizers instead; registered once per child."""
+    global _child_exit_registered_in
+    if _child_exit_registered_in != os.getpid():
+        from multiprocessing.util import Finalize
+
+        _child_exit_registered_in = os.getpid()
+        Finalize(None, _stop_managers_at_child_exit, exitpriority=0)
+
+
+def _stop_managers_at_child_exit() -> None:
+    """As a ``multiprocessing`` child ends, stop the managers running in it, the newest first,
+    within one :data:`CHILD_EXIT_FLUSH_S` deadline for them all (a child with nothing queued or
+    being sent leaves at once). A manager made in the child on a meter provider of its own is shut
+    down, metrics included; the others, inherited from the parent or on its providers, only flush
+    their spans and log records: the child holds the parent's metric totals too, which are the
+    parent's to export."""
     deadline = time.monotonic() + CHILD_EXIT_FLUSH_S
     for manager in reversed(list(_RUNNING)):
-        if manager._made_in != os.getpid():
-            continue
         remaining = max(0.0, deadline - time.monotonic())
-        if manager.pipeline.owns_meter_provider:
+        if manager._made_in == os.getpid() and manager.pipeline.owns_meter_provider:
             manager.shutdown(remaining)
         else:
             _RUNNING.pop(manager, None)
