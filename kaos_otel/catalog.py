@@ -86,6 +86,9 @@ from opentelemetry.semconv._incubating.metrics.gen_ai_metrics import (
 from opentelemetry.semconv._incubating.metrics.gen_ai_metrics import (
     GEN_AI_CLIENT_TOKEN_USAGE as GEN_AI_CLIENT_TOKEN_USAGE,
 )
+from opentelemetry.semconv.attributes.client_attributes import (
+    CLIENT_ADDRESS as CLIENT_ADDRESS,
+)
 from opentelemetry.semconv.attributes.db_attributes import (
     DB_COLLECTION_NAME as DB_COLLECTION_NAME,
 )
@@ -116,6 +119,15 @@ from opentelemetry.semconv.attributes.http_attributes import (
 from opentelemetry.semconv.attributes.http_attributes import (
     HTTP_ROUTE as HTTP_ROUTE,
 )
+from opentelemetry.semconv.attributes.network_attributes import (
+    NETWORK_PEER_ADDRESS as NETWORK_PEER_ADDRESS,
+)
+from opentelemetry.semconv.attributes.network_attributes import (
+    NETWORK_PEER_PORT as NETWORK_PEER_PORT,
+)
+from opentelemetry.semconv.attributes.network_attributes import (
+    NETWORK_PROTOCOL_VERSION as NETWORK_PROTOCOL_VERSION,
+)
 from opentelemetry.semconv.attributes.server_attributes import (
     SERVER_ADDRESS as SERVER_ADDRESS,
 )
@@ -124,6 +136,9 @@ from opentelemetry.semconv.attributes.server_attributes import (
 )
 from opentelemetry.semconv.attributes.url_attributes import (
     URL_PATH as URL_PATH,
+)
+from opentelemetry.semconv.attributes.url_attributes import (
+    URL_QUERY as URL_QUERY,
 )
 from opentelemetry.semconv.attributes.url_attributes import (
     URL_SCHEME as URL_SCHEME,
@@ -262,8 +277,8 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(GEN_AI_MEMORY_QUERY_TEXT, "Memory search query", "otel", content=True),
     AttributeSpec(GEN_AI_MEMORY_RECORDS, "Memory record content", "otel", content=True),
     AttributeSpec(ERROR_TYPE, "Exception class or error code", "otel"),
-    AttributeSpec(SERVER_ADDRESS, "Server host", "otel"),
-    AttributeSpec(SERVER_PORT, "Server port", "otel"),
+    AttributeSpec(SERVER_ADDRESS, "Server host (on a server span: as the client addressed it)", "otel"),
+    AttributeSpec(SERVER_PORT, "Server port (on a server span: as the client addressed it)", "otel"),
     AttributeSpec(SESSION_ID, "Session id", "otel"),
     AttributeSpec(USER_ID, "Verified user id (from the gateway header)", "otel"),
     AttributeSpec(
@@ -274,6 +289,11 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(HTTP_RESPONSE_STATUS_CODE, "HTTP status sent (ASGI middleware)", "otel"),
     AttributeSpec(URL_PATH, "Request path (ASGI middleware)", "otel"),
     AttributeSpec(URL_SCHEME, "http or https (ASGI middleware)", "otel"),
+    AttributeSpec(URL_QUERY, "Query string, signature values REDACTED (ASGI middleware)", "otel"),
+    AttributeSpec(CLIENT_ADDRESS, "Original client: forwarded header if trusted, else peer (ASGI)", "otel"),
+    AttributeSpec(NETWORK_PEER_ADDRESS, "Address of the connection's peer (ASGI middleware)", "otel"),
+    AttributeSpec(NETWORK_PEER_PORT, "Port of the connection's peer (ASGI middleware)", "otel"),
+    AttributeSpec(NETWORK_PROTOCOL_VERSION, "HTTP version: 1.1, 2 (ASGI middleware)", "otel"),
     AttributeSpec(USER_AGENT_ORIGINAL, "User-Agent header (ASGI middleware)", "otel"),
     AttributeSpec(
         f"{HTTP_REQUEST_HEADER_TEMPLATE}.{{name}}",

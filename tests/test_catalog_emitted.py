@@ -3,7 +3,7 @@
 Every emitting path of the SDK runs in-process with content capture ``SPAN_AND_EVENT`` against a
 real OTLP receiver: the agent-domain helpers (every outcome, usage, messages, tool and delegation
 names inside and outside the registered ones, every memory helper), the ASGI middleware through
-``instrument_app`` (a routed and an unrouted request, an unknown method), the Mem0 instrumentor
+``instrument_app`` (a routed request with a query, an unrouted one, an unknown method), the Mem0 instrumentor
 on the real mem0ai in its offline configuration with child spans, and the export-health counter.
 Then both
 directions are checked: every catalog span name, attribute key, metric and log event arrived, and
@@ -148,7 +148,7 @@ def drive_asgi(otel: KaosOtelManager) -> None:
         env.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST", "x-request-id")
         env.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_RESPONSE", "content-type")
         with TestClient(app) as client:
-            assert client.get("/ask", headers={"X-Request-Id": "r-1"}).status_code == 200
+            assert client.get("/ask?q=1", headers={"X-Request-Id": "r-1"}).status_code == 200
             assert client.get("/nowhere").status_code == 404
             for path in ("/ask", "/nowhere"):  # a method the conventions do not know
                 assert client.request("FOOBAR", path).status_code in (404, 405)

@@ -370,6 +370,110 @@ async def test_captured_headers_never_crowd_out_the_server_spans_own_attributes(
     assert [key for key in [*own, catalog.HTTP_RESPONSE_STATUS_CODE] if key not in attributes] == []
 
 
+async def test_a_header_repeated_past_the_cap_keeps_its_first_values(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A captured header sent 500 times is recorded with its first 16 values."""
+    monkeypatch.setenv(CAPTURE + "REQUEST", "x-tag")
+    otel = make_otel()
+    headers = [(b"x-tag", str(i).encode()) for i in range(500)]
+    attributes = await _server_span_of_one_request(otel, otlp_receiver, "http://agent/search", headers)
+    assert attributes["http.request.header.x-tag"] == tuple(str(i) for i in range(16))
+
+
+async def _server_span_of_one_request(
+    otel: KaosOtelManager,
+    receiver: OtlpReceiver,
+    url: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    trust: str = "trusted",
+) -> Any:
+    """The attributes of the server span of one GET ``url`` to an instrumented app, sent over
+    HTTP/2 from the peer 10.0.0.7:51234."""
+    app = FastAPI()
+
+    @app.get("/search")
+    async def search() -> dict[str, str]:
+        return {}
+
+    instrument_app(app, otel, trust=trust)
+
+    async def over_http2(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        """``app`` behind a server speaking HTTP/2 (httpx's ASGI transport says 1.1)."""
+        await app({**scope, "http_version": "2"} if scope["type"] == "http" else scope, receive, send)
+
+    transport = httpx.ASGITransport(app=over_http2, client=("10.0.0.7", 51234))
+    async with httpx.AsyncClient(transport=transport) as client:
+        assert (await client.get(url, headers=headers)).status_code == 200
+    assert otel.force_flush(10)
+    assert receiver.wait_for(lambda r: len(_server_spans(r)) == 1, 10)
+    return _server_spans(receiver)[0].attributes
+
+
+PROXIED = [
+    (b"x-forwarded-for", b"203.0.113.9, 10.0.0.7"),
+    (b"x-forwarded-host", b"agents.example.com"),
+    (b"x-forwarded-proto", b"https"),
+]
+
+
+@pytest.mark.parametrize(
+    ("trust", "headers", "client", "server"),
+    [
+        ("trusted", [], "10.0.0.7", ("agent", 8000)),
+        # at a public edge the client writes the forwarded headers: the peer and Host are recorded
+        ("link", PROXIED, "10.0.0.7", ("agent", 8000)),
+        ("trusted", PROXIED, "203.0.113.9", ("agents.example.com", 443)),
+        (
+            "trusted",
+            [(b"forwarded", b'for="[2001:db8::17]:4711";host=api.example.com:8443, for=10.0.0.1'), *PROXIED],
+            "2001:db8::17",
+            ("api.example.com", 8443),
+        ),
+        ("trusted", [(b"forwarded", b"for=_hidden;proto=http")], "10.0.0.7", ("agent", 8000)),
+    ],
+)
+async def test_the_server_span_says_who_asked_and_whom_as_the_http_conventions_do(
+    make_otel: MakeOtel,
+    otlp_receiver: OtlpReceiver,
+    trust: str,
+    headers: list[tuple[bytes, bytes]],
+    client: str,
+    server: tuple[str, int],
+) -> None:
+    """``network.peer.*`` and ``network.protocol.version`` come from the connection;
+    ``client.address`` is the original client and ``server.address`` / ``server.port`` the server
+    as the client addressed it: behind a proxy of one's own (``trusted``) from ``Forwarded``, else
+    ``X-Forwarded-For`` / ``-Host`` / ``-Proto`` (a port left out is the scheme's default), else
+    the peer and the ``Host`` header. An obfuscated ``for=_hidden`` leaves the peer."""
+    otel = make_otel()
+    attributes = await _server_span_of_one_request(
+        otel, otlp_receiver, "http://agent:8000/search", headers, trust
+    )
+    assert (attributes[catalog.CLIENT_ADDRESS], attributes[catalog.SERVER_ADDRESS]) == (client, server[0])
+    assert attributes[catalog.SERVER_PORT] == server[1]
+    assert attributes[catalog.NETWORK_PEER_ADDRESS] == "10.0.0.7"
+    assert attributes[catalog.NETWORK_PEER_PORT] == 51234
+    assert attributes[catalog.NETWORK_PROTOCOL_VERSION] == "2"
+    assert catalog.URL_QUERY not in attributes  # none was sent
+
+
+async def test_url_query_redacts_the_signatures_the_http_conventions_name(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """The values of ``sig``, ``X-Amz-Signature``... become ``REDACTED`` with their keys kept (the
+    keys matched case-sensitively, as the conventions say); any other secret in the query is
+    masked by the content-safety layer."""
+    otel = make_otel()
+    key = "sk-" + "a1B2" * 8
+    query = f"q=otel&sig=abc&X-Amz-Signature=def&Sig=mine&api_key={key}"
+    attributes = await _server_span_of_one_request(otel, otlp_receiver, f"http://agent/search?{query}")
+    recorded = attributes[catalog.URL_QUERY]
+    assert recorded.startswith("q=otel&sig=REDACTED&X-Amz-Signature=REDACTED&Sig=mine&api_key=")
+    assert key not in recorded and key[3:12] not in recorded, recorded
+    assert attributes[catalog.SERVER_PORT] == 80  # the scheme's, as Host has none
+
+
 async def _answers_with_headers_as_text_from_a_generator(scope: Any, receive: Any, send: Any) -> None:
     """An app within the ASGI spec's letter: headers as any iterable (here of str pairs, which
     servers accept too)."""

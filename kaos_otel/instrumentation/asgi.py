@@ -194,9 +194,14 @@ class TraceContextMiddleware:
         pairs = [
             (key.decode("latin-1"), value.decode("latin-1")) for key, value in scope.get("headers") or ()
         ]
-        headers = dict(pairs)
+        headers: dict[str, str] = {}
+        for name, value in pairs:  # the first of a repeated header (a proxy's list comes first)
+            headers.setdefault(name, value)
         incoming = extract_incoming(pairs, trust=self._trust, baggage_allowlist=self._baggage_allowlist)
-        server = scope.get("server") or (None, None)
+        # forwarded headers only behind a proxy of one's own: at a public edge a client writes them
+        forwarded = self._trust is TrustPolicy.TRUSTED
+        server_address, server_port = _server_as_addressed(scope, headers, forwarded=forwarded)
+        peer_address, peer_port = _address_and_port(scope.get("client"))
         sent = scope.get("method", "GET")
         method = sent if sent in _KNOWN_METHODS else _OTHER_METHOD
         # captured headers first: past the SDK's attribute count limit the first ones set are
@@ -206,15 +211,114 @@ class TraceContextMiddleware:
             catalog.HTTP_REQUEST_METHOD: method,
             catalog.HTTP_REQUEST_METHOD_ORIGINAL: sent if method == _OTHER_METHOD else None,
             catalog.URL_PATH: scope.get("path"),
+            catalog.URL_QUERY: _url_query(scope.get("query_string")),
             catalog.URL_SCHEME: scope.get("scheme"),
-            catalog.SERVER_ADDRESS: server[0],
-            catalog.SERVER_PORT: server[1],
+            catalog.SERVER_ADDRESS: server_address,
+            catalog.SERVER_PORT: server_port,
+            catalog.CLIENT_ADDRESS: (_forwarded_client(headers) if forwarded else None) or peer_address,
+            catalog.NETWORK_PEER_ADDRESS: peer_address,
+            catalog.NETWORK_PEER_PORT: peer_port,
+            catalog.NETWORK_PROTOCOL_VERSION: scope.get("http_version"),
             catalog.USER_AGENT_ORIGINAL: headers.get("user-agent"),
             catalog.KAOS_TRACE_TRUST: incoming.trust.value,
         }
         return self._otel.span_begin(
             _span_method(scope), SpanKind.SERVER, attributes, links=incoming.links, parent=incoming.parent
         )
+
+
+_SIGNATURE_PARAMETERS = frozenset(
+    {"X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token", "AWSAccessKeyId", "Signature", "sig",
+     "X-Goog-Signature"}
+)  # fmt: skip
+"""Query parameters whose values the HTTP conventions have ``url.query`` say ``REDACTED`` (matched
+case-sensitively, as they say); any other secret in a query is masked by the content-safety layer."""
+
+
+def _url_query(raw: object) -> str | None:
+    """The query string as ``url.query`` records it (``None`` when there is none), signature values
+    replaced by ``REDACTED`` and their keys kept: ``q=otel&sig=REDACTED``."""
+    if not isinstance(raw, bytes | str) or not raw:
+        return None
+    query = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+    if not any(name in query for name in _SIGNATURE_PARAMETERS):
+        return query
+    parameters = []
+    for parameter in query.split("&"):
+        name, equals, _ = parameter.partition("=")
+        parameters.append(f"{name}=REDACTED" if equals and name in _SIGNATURE_PARAMETERS else parameter)
+    return "&".join(parameters)
+
+
+def _address_and_port(pair: object) -> tuple[str | None, int | None]:
+    """An ASGI ``client`` or ``server`` entry (``[host, port]``, or ``None`` for a Unix socket...)."""
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        return None, None
+    host, port = pair
+    return (host if isinstance(host, str) and host else None), (port if type(port) is int else None)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _host_and_port(authority: str) -> tuple[str | None, int | None]:
+    """``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address, as its host and port."""
+    authority = authority.strip()
+    if authority.startswith("["):
+        host, _, rest = authority[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif authority.count(":") == 1:
+        host, _, port = authority.partition(":")
+    else:
+        host, port = authority, ""
+    number = int(port) if port.isascii() and port.isdigit() and len(port) <= 5 else None
+    return host or None, number if number is not None and number <= 65535 else None
+
+
+def _forwarded(headers: Mapping[str, str], parameter: str) -> str | None:
+    """A parameter of the first element of the ``Forwarded`` header (RFC 7239), unquoted."""
+    first = headers.get("forwarded", "").split(",", 1)[0]
+    for pair in first.split(";"):
+        name, _, value = pair.partition("=")
+        if name.strip().lower() == parameter:
+            return value.strip().strip('"') or None
+    return None
+
+
+def _first_entry(headers: Mapping[str, str], name: str) -> str:
+    """The first entry of a comma-separated header a proxy appends to (``X-Forwarded-For``...)."""
+    return headers.get(name, "").split(",", 1)[0].strip()
+
+
+def _forwarded_client(headers: Mapping[str, str]) -> str | None:
+    """The original client's address a proxy passed on: ``Forwarded: for=``, else the first entry
+    of ``X-Forwarded-For``; none for an obfuscated (``_hidden``) or ``unknown`` one."""
+    given = _forwarded(headers, "for") or _first_entry(headers, "x-forwarded-for")
+    if not given or given.startswith("_") or given.lower() == "unknown":
+        return None
+    return _host_and_port(given)[0]
+
+
+def _server_as_addressed(
+    scope: Scope, headers: Mapping[str, str], *, forwarded: bool
+) -> tuple[str | None, int | None]:
+    """``server.address`` and ``server.port`` as the HTTP conventions set them on a server span: the
+    host and port the client addressed, from the proxy's ``Forwarded: host=`` or
+    ``X-Forwarded-Host`` (when ``forwarded``), else the ``Host`` header (a port left out there is
+    the scheme's default), else the socket the request came in on."""
+    proxied = ""
+    if forwarded:
+        proxied = _forwarded(headers, "host") or _first_entry(headers, "x-forwarded-host")
+    authority = proxied or headers.get("host", "")
+    if not authority:
+        return _address_and_port(scope.get("server"))
+    host, port = _host_and_port(authority)
+    if port is None:
+        scheme = scope.get("scheme", "")
+        if proxied:
+            scheme = _forwarded(headers, "proto") or _first_entry(headers, "x-forwarded-proto") or scheme
+        port = _DEFAULT_PORTS.get(str(scheme).lower())
+    return host, port
 
 
 _KNOWN_METHODS = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
@@ -290,8 +394,9 @@ class _HeaderCapture:
     A header is recorded as the HTTP conventions say: ``http.request.header.<name>`` (and
     ``http.response.header.<name>``), the name in lowercase, its values as a list (UTF-8, else
     Latin-1). (OpenTelemetry Python's instrumentations still write ``-`` as ``_`` in the name:
-    ``content_type``.) At most :data:`_MAX_CAPTURED_HEADERS` names each way: a client sending
-    hundreds of headers does not crowd out the span's other attributes. Values pass through the
+    ``content_type``.) At most :data:`_MAX_CAPTURED_HEADERS` names each way, and
+    :data:`_MAX_HEADER_VALUES` values per name: a client sending hundreds of headers does not crowd
+    out the span's other attributes. Values pass through the
     content-safety layer as every attribute does: ``authorization``, ``cookie`` and other
     secret-named headers are masked whole."""
 
@@ -329,13 +434,18 @@ class _HeaderCapture:
                 len(recorded) >= _MAX_CAPTURED_HEADERS or not any(p.fullmatch(name) for p in patterns)
             ):
                 continue
-            sanitized = any(pattern.search(name) for pattern in self.sanitized)
-            recorded.setdefault(key, []).append(REDACTED if sanitized else _header_text(raw_value))
+            values = recorded.setdefault(key, [])
+            if len(values) < _MAX_HEADER_VALUES:
+                sanitized = any(pattern.search(name) for pattern in self.sanitized)
+                values.append(REDACTED if sanitized else _header_text(raw_value))
         return {key: tuple(values) for key, values in recorded.items()}
 
 
 _MAX_CAPTURED_HEADERS = 32
 """Header names recorded at most per request, and per response."""
+
+_MAX_HEADER_VALUES = 16
+"""Values recorded at most per header name (a header repeated more often keeps its first ones)."""
 
 
 def _header_text(raw: bytes | str) -> str:
