@@ -589,12 +589,41 @@ def test_production_config_end_to_end(otlp_receiver: OtlpReceiver, tmp_path: Pat
         stop_collector(collector)
 
 
+SECRET_NAMED_KEYS = {
+    "app.client_secret": "c" + "7Qx" * 6,
+    "db.pass": "d" + "8Ry" * 6,
+    "MYSQL_ROOT_PASS": "e" + "9Sz" * 6,
+    "ldapBindPass": "f" + "6Tw" * 6,
+}
+"""Attributes whose key names a secret, with values no value pattern would find."""
+
+SECRET_NAMED_KEYS_KEPT = {"app.bypass": "on"}
+
+
+def send_with_the_plain_sdk(traces_url: str, secret_named: Mapping[str, str]) -> None:
+    """One span ``plain-sdk`` with ``secret_named`` and :data:`SECRET_NAMED_KEYS_KEPT` as attributes,
+    from a service on the plain OpenTelemetry SDK (no kaos-otel masking) over OTLP/HTTP."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=traces_url)))
+    try:
+        provider.get_tracer("plain").start_span(
+            "plain-sdk", attributes={**secret_named, **SECRET_NAMED_KEYS_KEPT}
+        ).end()
+    finally:
+        provider.shutdown()
+
+
 @pytest.mark.parametrize("protocol", ["http/protobuf"])
 def test_production_redaction_masks_the_secret_corpus(
     otlp_receiver: OtlpReceiver, tmp_path: Path, protocol: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The secret corpus of test_secrets.py, with the SDK's redactor off and content capture on:
-    the production collector's redaction processor alone leaves 0 secrets in what it exports,
+    """The secret corpus of test_secrets.py, with the SDK's redactor off and content capture on,
+    and a span from the plain SDK whose attribute keys name secrets (``db.pass``): the production
+    collector's redaction processor alone leaves 0 secrets in what it exports,
     and of the benign corpus it alters no text the SDK's redactor leaves alone (token counts)."""
     benign = sorted({make() for make in secret_corpus.BENIGN for _ in range(10)})
     collector, ports = start_production_collector(otlp_receiver, tmp_path)
@@ -622,7 +651,8 @@ def test_production_redaction_masks_the_secret_corpus(
             assert otel.force_flush(30)
         finally:
             otel.shutdown(timeout=10)
-        spans = 4 * len(secret_corpus.CORPUS) + len(benign)
+        send_with_the_plain_sdk(f"http://127.0.0.1:{ports['http']}/v1/traces", SECRET_NAMED_KEYS)
+        spans = 4 * len(secret_corpus.CORPUS) + len(benign) + 1
         logs = 2 * len(secret_corpus.CORPUS) + len(benign)
         wait_until(
             lambda: len(otlp_receiver.spans()) >= spans and len(otlp_receiver.logs()) >= logs,
@@ -637,6 +667,11 @@ def test_production_redaction_masks_the_secret_corpus(
     payload = b"".join(request.SerializeToString() for request in otlp_receiver.raw_requests())
     found = [leak for placement in secret_corpus.CORPUS for leak in secret_corpus.leaks(payload, placement)]
     assert found == [], f"{len(found)} of {len(secret_corpus.CORPUS)} placements leaked: {found[:5]}"
+    (plain,) = [span for span in otlp_receiver.spans() if span.name == "plain-sdk"]
+    assert {key: plain.attributes[key] for key in SECRET_NAMED_KEYS} == dict.fromkeys(
+        SECRET_NAMED_KEYS, "****"
+    )
+    assert plain.attributes["app.bypass"] == SECRET_NAMED_KEYS_KEPT["app.bypass"]
     assert all(p.context.encode() in payload for p in secret_corpus.CORPUS)
     arrived = {span.attributes["app.text"] for span in otlp_receiver.spans() if span.name == "benign"}
     arrived &= {log.body for log in otlp_receiver.logs()}

@@ -244,6 +244,18 @@ SECRETS: tuple[Callable[[], Secret], ...] = (
         lambda: _random(ALNUM, 24),
     ),
     _labelled("kubernetes-env-yaml", "env:\n  - name: API_TOKEN\n    value: {}", lambda: _random(ALNUM, 24)),
+    # a password key named by its service or user and "pass"
+    _labelled("owner-pass-env", "DB_PASS={}", lambda: _random(ALNUM, 16)),
+    _labelled("owner-pass-yaml", "smtp.pass: {}", lambda: _random(ALNUM, 16)),
+    _labelled("owner-pass-json", '{{"MYSQL_ROOT_PASS": "{}"}}', lambda: _random(ALNUM, 16)),
+    _labelled("owner-pass-camel", "ldapBindPass={}", lambda: _random(ALNUM, 16)),
+    _labelled("owner-pass-xml", "<APP__DB__PASS>{}</APP__DB__PASS>", lambda: _random(ALNUM, 16)),
+    _labelled(
+        "owner-pass-kubernetes-json",
+        '{{"env": [{{"name": "REDIS_PASS", "value": "{}"}}]}}',
+        lambda: _random(ALNUM, 16),
+    ),
+    _labelled("owner-pass-kubernetes-yaml", "- name: SMTP_PASS\n  value: {}", lambda: _random(ALNUM, 16)),
     _labelled(
         "gcs-signed-url",
         "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature={}",
@@ -397,6 +409,9 @@ BENIGN: tuple[Callable[[], str], ...] = (
     lambda: json.dumps({"type": "object", "required": ["password", f"user_{RNG.randrange(99)}"]}),
     lambda: f'os.environ.get("API_KEY", "default-{RNG.randrange(99)}")',
     lambda: f'text.replace("token", "[UNK{RNG.randrange(99)}]")',
+    # "pass" that names no one's password: a stage, nginx's directive
+    lambda: f"LINT_PASS=clean; FIRST_PASS=done in {RNG.randrange(99)} s",
+    lambda: f"location / {{ proxy_pass http://backend:{RNG.randrange(1024, 65535)}; }}",
 )
 
 
