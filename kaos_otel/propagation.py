@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import unquote
 
 from opentelemetry import baggage, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -88,7 +89,13 @@ _TRACESTATE_KEY = re.compile(
 _TRACESTATE_VALUE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
 MAX_TRACESTATE_MEMBERS = 32
 _OWS = " \t"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Control characters (C0, DEL, C1) and the Unicode line and paragraph separators."""
+_BAGGAGE_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""A baggage key: an RFC 9110 token."""
+_BAGGAGE_VALUE = re.compile(r"(?:[\x21\x23\x24\x26-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]|%[0-9A-Fa-f]{2})*")
+"""A baggage value: baggage-octets (printable ASCII but for ``"``, ``,``, ``;`` and ``\\``), and a
+``%`` only as a percent-encoding."""
 
 
 def combined_fields(headers: Headers, name: str) -> list[str]:
@@ -150,21 +157,34 @@ def parse_tracestate(fields: Sequence[str]) -> TraceState:
 
 
 def parse_baggage(fields: Sequence[str], allowed: frozenset[str]) -> dict[str, str]:
-    """Allow-listed baggage entries of the combined ``baggage`` field lines.
+    """Allow-listed entries of the combined ``baggage`` field lines, read by the W3C Baggage grammar.
 
-    Entries whose decoded value holds control characters (CR, LF, NUL...) are dropped.
+    A member is ``key=value`` with optional properties after ``;`` (dropped); the key is a token
+    (not decoded), the value percent-decoded as UTF-8 (``+`` is a plus). A member that breaks the
+    grammar, or whose value does not decode or holds a control or line-breaking character (CR,
+    LF, NUL, NEL, U+2028...), is dropped alone and silently: a caller cannot flood the logs. Of a
+    repeated key the last entry counts. Nothing of the current context is mixed in.
     """
     if not allowed or not fields:
         return {}
     combined = ",".join(fields)
     if len(combined) > MAX_HEADER_LENGTH:
         return {}
-    entries = baggage.get_all(_BAGGAGE.extract({"baggage": combined}))
-    return {
-        key: str(value)
-        for key, value in entries.items()
-        if key in allowed and not _CONTROL.search(str(value)) and not _CONTROL.search(key)
-    }
+    entries: dict[str, str] = {}
+    for member in combined.split(","):
+        key, equals, value = member.split(";", 1)[0].partition("=")
+        key, value = key.strip(_OWS), value.strip(_OWS)
+        if not equals or key not in allowed or not _BAGGAGE_KEY.fullmatch(key):
+            continue
+        if not _BAGGAGE_VALUE.fullmatch(value):
+            continue
+        try:
+            decoded = unquote(value, errors="strict")
+        except UnicodeDecodeError:
+            continue
+        if not _CONTROL.search(decoded):
+            entries[key] = decoded
+    return entries
 
 
 def extract_incoming(

@@ -6,7 +6,9 @@ Header pairs are given as an ASGI server hands them over: a name may repeat.
 
 from __future__ import annotations
 
+import pytest
 from opentelemetry import baggage, trace
+from opentelemetry import context as context_api
 from opentelemetry.trace import SpanContext
 
 from kaos_otel._config import TrustPolicy
@@ -202,3 +204,33 @@ def test_baggage_fields_are_combined_and_values_with_control_characters_dropped(
         allow=("tenant", "region", "null", "tab"),
     ).parent
     assert baggage.get_all(context) == {"tenant": "acme"}
+
+
+def test_baggage_values_are_decoded_as_the_w3c_grammar_says() -> None:
+    """A ``+`` stays a plus, properties after ``;`` are not part of the value, a key is not
+    percent-decoded, a value holding C1 controls or a Unicode line separator is dropped, and so
+    is a member breaking the grammar, alone."""
+    context = incoming(
+        ("traceparent", PARENT),
+        (
+            "baggage",
+            "expr=1+1, tenant = acme ;ttl=30, ten%61nt=mallory, nel=x%C2%85y, line=x%E2%80%A8y,"
+            ' quoted="a", bad=%zz, latin=%E9, email=a%40b.org',
+        ),
+        allow=("expr", "tenant", "nel", "line", "quoted", "bad", "latin", "email"),
+    ).parent
+    assert baggage.get_all(context) == {"expr": "1+1", "tenant": "acme", "email": "a@b.org"}
+
+
+def test_incoming_baggage_is_the_callers_only(caplog: pytest.LogCaptureFixture) -> None:
+    """The current context's baggage (the server's own) is not mixed into a request's, and a
+    header of 200 malformed members logs nothing."""
+    token = context_api.attach(baggage.set_baggage("tenant", "server-side"))
+    try:
+        sent = incoming(("baggage", "region=eu"), allow=("tenant", "region")).parent
+        flood = incoming(("baggage", ",".join(["=x"] * 200)), allow=("tenant",)).parent
+    finally:
+        context_api.detach(token)
+    assert baggage.get_all(sent) == {"region": "eu"}
+    assert baggage.get_all(flood) == {}
+    assert [record.getMessage() for record in caplog.records] == []
