@@ -10,12 +10,14 @@ import asyncio
 import contextvars
 import gc
 import logging
+import multiprocessing
+import os
 import sys
 import threading
 import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
 from opentelemetry import context as otel_context
@@ -794,6 +796,30 @@ async def test_nested_tasks_keep_their_parents(
             assert one(spans, leaf_name).parent_span_id == branch_span.span_id
             assert one(spans, leaf_name).trace_id == request.trace_id
     assert_no_detach_errors(caplog)
+
+
+def _trace_seen_in_a_worker(label: str) -> tuple[str, str, int, str]:
+    """The trace and parent span a process pool's worker runs in, the worker's pid, and ``label``."""
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x"), format(context.span_id, "016x"), os.getpid(), label
+
+
+async def test_process_pool_work_runs_in_the_callers_trace(make_otel: MakeOtel) -> None:
+    """A process pool cannot take a context along (``Context`` does not pickle): the helpers hand
+    its worker the caller's trace context as W3C headers instead, so the spans a worker makes
+    (with a manager of its own) are children of the caller's span; before, the call failed."""
+    otel = make_otel()
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool, otel.span("request") as request:
+        caller = request.span.get_span_context()
+        expected = (format(caller.trace_id, "032x"), format(caller.span_id, "016x"))
+        submitted = submit_in_context(pool, _trace_seen_in_a_worker, "submit").result(timeout=60)
+        awaited = await run_in_executor_in_context(pool, _trace_seen_in_a_worker, "run-in-executor")
+        plain = pool.submit(_trace_seen_in_a_worker, "plain").result(timeout=60)
+    assert submitted[:2] == awaited[:2] == expected
+    assert submitted[2] != os.getpid()  # run in the worker, with its arguments
+    assert (submitted[3], awaited[3]) == ("submit", "run-in-executor")
+    assert plain[0] == "0" * 32  # without the helpers the worker is in no trace
 
 
 async def test_thread_pool_work_keeps_its_parent(
