@@ -22,9 +22,12 @@ distro is chosen that must stay its own). Once chosen, the distro sets
 ``opentelemetry-distro``'s configurator, installed as well, would otherwise build a second set of
 providers the API refuses but that still work (its logging handler exports every record a second
 time, past the content-safety layer). ``opentelemetry-instrument`` says which configurator it
-skipped. Both variables are passed on to child processes: a child run under another distro sets
-its own. Which distro is chosen, with both installed, depends on the install's layout: set
-``OTEL_PYTHON_DISTRO=kaos``.
+skipped. Once the configurators are loaded, the distro removes the ``OTEL_PYTHON_CONFIGURATOR`` it
+set (an ``opentelemetry_pre_instrument`` entry point), so that a child process run under another
+distro (an MCP server over stdio, say) loads its own configurator. ``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION``
+stays for the app's own code, and passes to child processes: a child under another distro that
+should bridge logging sets it to ``true``. Which distro is chosen, with both installed, depends on
+the install's layout: set ``OTEL_PYTHON_DISTRO=kaos``.
 """
 
 from __future__ import annotations
@@ -48,12 +51,32 @@ _NOT_FOLLOWED = {
 and why each set to ``true`` is not followed."""
 
 
+_NO_CONFIGURATOR = "kaos"
+"""``OTEL_PYTHON_CONFIGURATOR`` while ``opentelemetry-instrument`` sets up: a name no configurator has."""
+
+_configurator_set = False
+"""Whether the distro set ``OTEL_PYTHON_CONFIGURATOR`` (the environment did not)."""
+
+
+def restore_environment() -> None:
+    """``opentelemetry_pre_instrument`` entry point: remove the ``OTEL_PYTHON_CONFIGURATOR`` the
+    distro set, now that the configurators are loaded (called under any distro: nothing to do
+    unless kaos-otel's set it)."""
+    global _configurator_set
+    if _configurator_set and os.environ.get("OTEL_PYTHON_CONFIGURATOR") == _NO_CONFIGURATOR:
+        del os.environ["OTEL_PYTHON_CONFIGURATOR"]
+    _configurator_set = False
+
+
 class KaosDistro(BaseDistro):  # type: ignore[misc]
     """Distro entry point (``opentelemetry_distro = kaos``)."""
 
     def _configure(self, **kwargs: Any) -> None:
+        global _configurator_set
         os.environ.setdefault("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "false")  # see the module docstring
-        os.environ.setdefault("OTEL_PYTHON_CONFIGURATOR", "kaos")  # no other configurator runs after it
+        if "OTEL_PYTHON_CONFIGURATOR" not in os.environ:  # no other configurator runs after it
+            os.environ["OTEL_PYTHON_CONFIGURATOR"] = _NO_CONFIGURATOR
+            _configurator_set = True
         configure(export_other_metrics=True)  # the process's telemetry: the app's metrics too
 
     def load_instrumentor(self, entry_point: Any, **kwargs: Any) -> None:

@@ -157,7 +157,8 @@ def test_the_apps_and_other_instrumentations_metrics_are_exported(
 def test_no_other_installed_configurator_runs_after_the_kaos_distro(tmp_path: Path) -> None:
     """With ``opentelemetry-distro`` installed too, its configurator would build a second set of
     providers the API refuses but that still export (its logging handler past the content-safety
-    layer): the distro sets ``OTEL_PYTHON_CONFIGURATOR=kaos`` unless the environment sets it."""
+    layer): the distro sets ``OTEL_PYTHON_CONFIGURATOR=kaos`` unless the environment sets it, for
+    the setup only."""
     site = tmp_path / "site"
     dist_info = site / "other_configurator-1.0.dist-info"
     dist_info.mkdir(parents=True)
@@ -168,10 +169,15 @@ def test_no_other_installed_configurator_runs_after_the_kaos_distro(tmp_path: Pa
     (site / "other_configurator.py").write_text(
         "class Configurator:\n    def configure(self, **kwargs):\n        print('other configurator ran')\n"
     )
-    code = "from opentelemetry import trace\nprint(type(trace.get_tracer_provider()).__name__)\n"
+    code = (
+        "import os\nfrom opentelemetry import trace\nprint(type(trace.get_tracer_provider()).__name__)\n"
+        "print(os.environ.get('OTEL_PYTHON_CONFIGURATOR'))\n"
+    )
     done = run_instrumented(tmp_path, code, PYTHONPATH=str(site), OTEL_TRACES_EXPORTER="none")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["TracerProvider"], done.stdout  # kaos-otel's, and no other ran
+    # kaos-otel's, and no other ran; the variable is gone once the configurators are loaded, so a
+    # child process run under another distro loads its own configurator
+    assert done.stdout.splitlines() == ["TracerProvider", "None"], done.stdout
     assert "Configuration of configurator not loaded" in done.stderr  # opentelemetry-instrument says so
     chosen = run_instrumented(
         tmp_path,
@@ -181,3 +187,4 @@ def test_no_other_installed_configurator_runs_after_the_kaos_distro(tmp_path: Pa
         OTEL_PYTHON_CONFIGURATOR="configurator",
     )
     assert "other configurator ran" in chosen.stdout, chosen.stderr  # the environment's choice stands
+    assert chosen.stdout.splitlines()[-1] == "configurator"  # and is left as it was
