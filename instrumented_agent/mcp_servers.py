@@ -2,23 +2,28 @@
 
 Tracing comes from the ``mcp`` SDK itself: every request gets one SERVER span whose parent is the
 trace context the client put in ``params._meta``. The spans go to the global tracer provider that
-:class:`kaos_otel.KaosOtelManager` installs, so no extra HTTP server span is added here.
+:class:`kaos_otel.KaosOtelManager` installs, so no extra HTTP server span is added here. Ahead of
+the SDK's tracing, trace-context entries of ``_meta`` that are not text are dropped: OpenTelemetry's
+propagators raise on them, and a number as ``baggage`` failed the call, one as ``tracestate``
+lost a valid ``traceparent``.
 """
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
+from typing import Any, Literal, cast
 
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
+from mcp_types import RequestParamsMeta
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kaos_otel import run_in_executor_in_context
 
-__all__ = ["MCP_PATH", "McpServerKind", "create_mcp_app", "create_mcp_server"]
+__all__ = ["MCP_PATH", "McpServerKind", "TraceContextMetaGuard", "create_mcp_app", "create_mcp_server"]
 
 McpServerKind = Literal["calculator", "echo"]
 MCP_PATH = "/mcp"
@@ -58,9 +63,30 @@ def _echo() -> MCPServer:
     return server
 
 
+_TRACE_CONTEXT_FIELDS = ("traceparent", "tracestate", "baggage")
+
+
+class TraceContextMetaGuard(ServerMiddleware[Any]):
+    """Drops the trace-context entries of a request's ``_meta`` that are not text, before the SDK's
+    tracing reads them (the outermost middleware)."""
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        meta = ctx.meta
+        if meta and any(not isinstance(meta.get(field, ""), str) for field in _TRACE_CONTEXT_FIELDS):
+            kept = {
+                key: value
+                for key, value in meta.items()
+                if key not in _TRACE_CONTEXT_FIELDS or isinstance(value, str)
+            }
+            ctx.meta = cast(RequestParamsMeta, kept)
+        return await call_next(ctx)
+
+
 def create_mcp_server(kind: McpServerKind) -> MCPServer:
     """A fresh calculator or echo-search server."""
-    return _calculator() if kind == "calculator" else _echo()
+    server = _calculator() if kind == "calculator" else _echo()
+    server.middleware.insert(0, TraceContextMetaGuard())  # ahead of the SDK's tracing
+    return server
 
 
 def create_mcp_app(kind: McpServerKind) -> Starlette:

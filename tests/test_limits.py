@@ -8,6 +8,8 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -16,7 +18,7 @@ from net_support import free_port
 from instrumented_agent.errors import ModelError, ToolError
 from instrumented_agent.limits import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, MAX_MESSAGES, MAX_STORED_TURN_CHARS
 from instrumented_agent.mcp_client import MAX_TOOL_ARGUMENTS_BYTES, McpToolbox
-from instrumented_agent.mcp_servers import MCP_PATH
+from instrumented_agent.mcp_servers import MCP_PATH, TraceContextMetaGuard
 from instrumented_agent.memory import MemoryService, RelationalStore, Turn
 from instrumented_agent.memory.relational import Summary, estimate_tokens
 from instrumented_agent.memory.service import Recall
@@ -147,6 +149,9 @@ async def test_a_failing_or_oversized_mcp_call_fails_only_its_own_request(runnin
             await asyncio.sleep(0.05)
         with pytest.raises(ToolError, match="above"):
             await toolbox.call("echo", {"message": "m" * (MAX_TOOL_ARGUMENTS_BYTES + 1)})
+        # sized as UTF-8 sends it: two bytes a character here, not the six of a JSON escape
+        accented = "é" * (MAX_TOOL_ARGUMENTS_BYTES // 3)
+        assert accented in await toolbox.call("echo", {"message": accented})
         with pytest.raises(ToolError):
             await toolbox.call("echo", {"wrong_argument": 1})  # the server rejects it
         results = await asyncio.gather(*(toolbox.call("echo", {"message": f"m{i}"}) for i in range(20)))
@@ -154,6 +159,56 @@ async def test_a_failing_or_oversized_mcp_call_fails_only_its_own_request(runnin
         assert toolbox.ready
     finally:
         await toolbox.aclose()
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("meta", [{"baggage": 5}, {"tracestate": 7}, {"tracestate": ["a=1", 3]}])
+def test_an_mcp_call_with_trace_context_that_is_not_text_is_served(
+    running: Running, meta: dict[str, object]
+) -> None:
+    """OpenTelemetry's propagators raise on a number in ``_meta``; the servers drop such entries
+    before the SDK's tracing reads them, so the call is served (before, ``baggage: 5`` failed it)."""
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with httpx.Client(base_url=running.echo, timeout=30, trust_env=False) as client:
+        init = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
+        started = client.post(
+            MCP_PATH,
+            headers=headers,
+            json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init},
+        )
+        headers["mcp-protocol-version"] = started.json()["result"]["protocolVersion"]
+        params = {
+            "name": "echo",
+            "arguments": {"message": "hi"},
+            "_meta": {"traceparent": TRACEPARENT, **meta},
+        }
+        answer = client.post(
+            MCP_PATH,
+            headers=headers,
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params},
+        )
+    assert "error" not in answer.json() and "hi" in answer.text, answer.text
+
+
+async def test_the_trace_context_guard_keeps_the_text_entries_of_meta() -> None:
+    """A valid ``traceparent`` next to a ``tracestate`` that is not text is kept (the SDK would
+    otherwise drop the whole context); every other ``_meta`` entry is left alone."""
+    seen: list[object] = []
+
+    async def call_next(ctx: Any) -> Any:
+        seen.append(ctx.meta)
+        return None
+
+    meta = {"traceparent": TRACEPARENT, "tracestate": 7, "baggage": None, "progressToken": 3}
+    await TraceContextMetaGuard()(cast(Any, SimpleNamespace(meta=meta)), call_next)
+    await TraceContextMetaGuard()(cast(Any, SimpleNamespace(meta={"traceparent": TRACEPARENT})), call_next)
+    assert seen == [{"traceparent": TRACEPARENT, "progressToken": 3}, {"traceparent": TRACEPARENT}]
 
 
 async def test_model_endpoint_errors_are_masked_before_they_reach_anyone() -> None:
