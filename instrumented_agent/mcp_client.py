@@ -88,7 +88,10 @@ class McpToolbox:
         session = next((s for s in self._sessions if name in s.tools and s.client is not None), None)
         if session is None or session.client is None:
             raise ToolError(f"no connected MCP server offers tool {name!r}")
-        size = len(json.dumps(arguments, default=str, ensure_ascii=False).encode())  # as UTF-8 sends it
+        try:  # sized as the UTF-8 it is sent as
+            size = len(json.dumps(arguments, default=str, ensure_ascii=False).encode())
+        except ValueError as exc:  # half an emoji from a model's JSON: sent, it would break the session
+            raise ToolError(f"arguments of {name!r} cannot be sent: {type(exc).__name__}") from exc
         if size > MAX_TOOL_ARGUMENTS_BYTES:
             raise ToolError(f"arguments of {name!r} are {size} bytes, above {MAX_TOOL_ARGUMENTS_BYTES}")
         client = session.client

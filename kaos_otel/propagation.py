@@ -160,9 +160,10 @@ def parse_baggage(fields: Sequence[str], allowed: frozenset[str]) -> dict[str, s
     """Allow-listed entries of the combined ``baggage`` field lines, read by the W3C Baggage grammar.
 
     A member is ``key=value`` with optional properties after ``;`` (dropped); the key is a token
-    (not decoded), the value percent-decoded as UTF-8 (``+`` is a plus). A member that breaks the
-    grammar, or whose value does not decode or holds a control or line-breaking character (CR,
-    LF, NUL, NEL, U+2028...), is dropped alone and silently: a caller cannot flood the logs. Of a
+    (not decoded), the value percent-decoded as UTF-8 (``+`` is a plus; octets that are no UTF-8
+    become U+FFFD). A member that breaks the grammar, or whose value holds a control or
+    line-breaking character (CR, LF, NUL, NEL, U+2028...), is dropped alone and silently: a caller
+    cannot flood the logs. Of a
     repeated key the last entry counts. Nothing of the current context is mixed in.
     """
     if not allowed or not fields:
@@ -178,10 +179,7 @@ def parse_baggage(fields: Sequence[str], allowed: frozenset[str]) -> dict[str, s
             continue
         if not _BAGGAGE_VALUE.fullmatch(value):
             continue
-        try:
-            decoded = unquote(value, errors="strict")
-        except UnicodeDecodeError:
-            continue
+        decoded = unquote(value, errors="replace")  # bytes that are no UTF-8: U+FFFD, as it says
         if not _CONTROL.search(decoded):
             entries[key] = decoded
     return entries

@@ -32,7 +32,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from kaos_otel import KaosOtelManager, catalog
-from kaos_otel.instrumentation.asgi import TraceContextMiddleware
+from kaos_otel.instrumentation.asgi import TraceContextMiddleware, _server_as_addressed
 from kaos_otel.instrumentation.fastapi import instrument_app
 from kaos_otel.receiver import OtlpReceiver
 
@@ -418,21 +418,29 @@ PROXIED = [
 
 
 @pytest.mark.parametrize(
-    ("trust", "headers", "client", "server"),
+    ("trust", "headers", "client", "server", "scheme"),
     [
-        ("trusted", [], "10.0.0.7", ("agent", 8000)),
+        ("trusted", [], "10.0.0.7", ("agent", 8000), "http"),
         # at a public edge the client writes the forwarded headers: the peer and Host are recorded
-        ("link", PROXIED, "10.0.0.7", ("agent", 8000)),
-        ("trusted", PROXIED, "203.0.113.9", ("agents.example.com", 443)),
+        ("link", PROXIED, "10.0.0.7", ("agent", 8000), "http"),
+        ("trusted", PROXIED, "203.0.113.9", ("agents.example.com", 443), "https"),
         (
             "trusted",
             [(b"forwarded", b'for="[2001:db8::17]:4711";host=api.example.com:8443, for=10.0.0.1'), *PROXIED],
             "2001:db8::17",
             ("api.example.com", 8443),
+            "https",  # Forwarded has no proto=: X-Forwarded-Proto's
         ),
-        ("trusted", [(b"forwarded", b"for=_hidden;proto=http")], "10.0.0.7", ("agent", 8000)),
+        ("trusted", [(b"forwarded", b"for=_hidden;proto=http")], "10.0.0.7", ("agent", 8000), "http"),
+        # a TLS-terminating proxy that keeps Host and says only the protocol (and the port)
+        ("trusted", [(b"host", b"agents.example.com"), (b"x-forwarded-proto", b"https")], "10.0.0.7",
+         ("agents.example.com", 443), "https"),
+        ("trusted", [(b"host", b"agents.example.com"), (b"forwarded", b"proto=https"),
+                     (b"x-forwarded-port", b"8443")], "10.0.0.7", ("agents.example.com", 8443), "https"),
+        ("link", [(b"host", b"agents.example.com"), (b"x-forwarded-proto", b"https")], "10.0.0.7",
+         ("agents.example.com", 80), "http"),
     ],
-)
+)  # fmt: skip
 async def test_the_server_span_says_who_asked_and_whom_as_the_http_conventions_do(
     make_otel: MakeOtel,
     otlp_receiver: OtlpReceiver,
@@ -440,22 +448,41 @@ async def test_the_server_span_says_who_asked_and_whom_as_the_http_conventions_d
     headers: list[tuple[bytes, bytes]],
     client: str,
     server: tuple[str, int],
+    scheme: str,
 ) -> None:
     """``network.peer.*`` and ``network.protocol.version`` come from the connection;
-    ``client.address`` is the original client and ``server.address`` / ``server.port`` the server
-    as the client addressed it: behind a proxy of one's own (``trusted``) from ``Forwarded``, else
-    ``X-Forwarded-For`` / ``-Host`` / ``-Proto`` (a port left out is the scheme's default), else
-    the peer and the ``Host`` header. An obfuscated ``for=_hidden`` leaves the peer."""
+    ``client.address`` is the original client, ``url.scheme`` the scheme it used and
+    ``server.address`` / ``server.port`` the server as it addressed it: behind a proxy of one's
+    own (``trusted``) from ``Forwarded``, else ``X-Forwarded-For`` / ``-Host`` / ``-Proto`` /
+    ``-Port`` (a port left out is the scheme's default), else the peer and the ``Host`` header.
+    An obfuscated ``for=_hidden`` leaves the peer."""
     otel = make_otel()
     attributes = await _server_span_of_one_request(
         otel, otlp_receiver, "http://agent:8000/search", headers, trust
     )
     assert (attributes[catalog.CLIENT_ADDRESS], attributes[catalog.SERVER_ADDRESS]) == (client, server[0])
-    assert attributes[catalog.SERVER_PORT] == server[1]
+    assert (attributes[catalog.SERVER_PORT], attributes[catalog.URL_SCHEME]) == (server[1], scheme)
     assert attributes[catalog.NETWORK_PEER_ADDRESS] == "10.0.0.7"
     assert attributes[catalog.NETWORK_PEER_PORT] == 51234
     assert attributes[catalog.NETWORK_PROTOCOL_VERSION] == "2"
     assert catalog.URL_QUERY not in attributes  # none was sent
+
+
+@pytest.mark.parametrize(
+    ("authority", "socket", "expected"),
+    [
+        (":8080", None, (None, None)),  # a port without a host is no address
+        ("[::1]:abc", None, ("::1", 80)),  # no port written: the scheme's
+        ("example.com:70000", None, ("example.com", 80)),
+        ("", ["", 0], (None, None)),  # no Host, and a socket without an address
+        ("", ["/run/agent.sock", None], ("/run/agent.sock", None)),  # a Unix socket
+    ],
+)
+def test_a_server_without_a_usable_address_records_no_port(
+    authority: str, socket: list[object] | None, expected: tuple[str | None, int | None]
+) -> None:
+    headers = {"host": authority} if authority else {}
+    assert _server_as_addressed({"server": socket}, headers, "http", forwarded=False) == expected
 
 
 async def test_url_query_redacts_the_signatures_the_http_conventions_name(

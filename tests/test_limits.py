@@ -152,6 +152,8 @@ async def test_a_failing_or_oversized_mcp_call_fails_only_its_own_request(runnin
         # sized as UTF-8 sends it: two bytes a character here, not the six of a JSON escape
         accented = "é" * (MAX_TOOL_ARGUMENTS_BYTES // 3)
         assert accented in await toolbox.call("echo", {"message": accented})
+        with pytest.raises(ToolError, match="cannot be sent"):  # half an emoji, as a model's JSON may hold
+            await toolbox.call("echo", {"message": "\ud83d"})
         with pytest.raises(ToolError):
             await toolbox.call("echo", {"wrong_argument": 1})  # the server rejects it
         results = await asyncio.gather(*(toolbox.call("echo", {"message": f"m{i}"}) for i in range(20)))

@@ -208,8 +208,8 @@ def test_baggage_fields_are_combined_and_values_with_control_characters_dropped(
 
 def test_baggage_values_are_decoded_as_the_w3c_grammar_says() -> None:
     """A ``+`` stays a plus, properties after ``;`` are not part of the value, a key is not
-    percent-decoded, a value holding C1 controls or a Unicode line separator is dropped, and so
-    is a member breaking the grammar, alone."""
+    percent-decoded, octets that are no UTF-8 become U+FFFD, a value holding C1 controls or a
+    Unicode line separator is dropped, and so is a member breaking the grammar, alone."""
     context = incoming(
         ("traceparent", PARENT),
         (
@@ -219,7 +219,12 @@ def test_baggage_values_are_decoded_as_the_w3c_grammar_says() -> None:
         ),
         allow=("expr", "tenant", "nel", "line", "quoted", "bad", "latin", "email"),
     ).parent
-    assert baggage.get_all(context) == {"expr": "1+1", "tenant": "acme", "email": "a@b.org"}
+    assert baggage.get_all(context) == {
+        "expr": "1+1",
+        "tenant": "acme",
+        "latin": "\ufffd",
+        "email": "a@b.org",
+    }
 
 
 def test_incoming_baggage_is_the_callers_only(caplog: pytest.LogCaptureFixture) -> None:

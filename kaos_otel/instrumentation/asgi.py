@@ -200,7 +200,8 @@ class TraceContextMiddleware:
         incoming = extract_incoming(pairs, trust=self._trust, baggage_allowlist=self._baggage_allowlist)
         # forwarded headers only behind a proxy of one's own: at a public edge a client writes them
         forwarded = self._trust is TrustPolicy.TRUSTED
-        server_address, server_port = _server_as_addressed(scope, headers, forwarded=forwarded)
+        scheme = _scheme_as_sent(scope, headers, forwarded=forwarded)
+        server_address, server_port = _server_as_addressed(scope, headers, scheme, forwarded=forwarded)
         peer_address, peer_port = _address_and_port(scope.get("client"))
         sent = scope.get("method", "GET")
         method = sent if sent in _KNOWN_METHODS else _OTHER_METHOD
@@ -212,7 +213,7 @@ class TraceContextMiddleware:
             catalog.HTTP_REQUEST_METHOD_ORIGINAL: sent if method == _OTHER_METHOD else None,
             catalog.URL_PATH: scope.get("path"),
             catalog.URL_QUERY: _url_query(scope.get("query_string")),
-            catalog.URL_SCHEME: scope.get("scheme"),
+            catalog.URL_SCHEME: scheme,
             catalog.SERVER_ADDRESS: server_address,
             catalog.SERVER_PORT: server_port,
             catalog.CLIENT_ADDRESS: (_forwarded_client(headers) if forwarded else None) or peer_address,
@@ -255,7 +256,9 @@ def _address_and_port(pair: object) -> tuple[str | None, int | None]:
     if not isinstance(pair, list | tuple) or len(pair) != 2:
         return None, None
     host, port = pair
-    return (host if isinstance(host, str) and host else None), (port if type(port) is int else None)
+    if not isinstance(host, str) or not host:
+        return None, None
+    return host, port if type(port) is int and port > 0 else None
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -271,8 +274,13 @@ def _host_and_port(authority: str) -> tuple[str | None, int | None]:
         host, _, port = authority.partition(":")
     else:
         host, port = authority, ""
-    number = int(port) if port.isascii() and port.isdigit() and len(port) <= 5 else None
-    return host or None, number if number is not None and number <= 65535 else None
+    return (host, _port(port)) if host else (None, None)
+
+
+def _port(text: str) -> int | None:
+    """A port number written in ``text`` (1 to 65535), else ``None``."""
+    number = int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else 0
+    return number if 0 < number <= 65535 else None
 
 
 def _forwarded(headers: Mapping[str, str], parameter: str) -> str | None:
@@ -299,13 +307,28 @@ def _forwarded_client(headers: Mapping[str, str]) -> str | None:
     return _host_and_port(given)[0]
 
 
+def _scheme_as_sent(scope: Scope, headers: Mapping[str, str], *, forwarded: bool) -> str | None:
+    """The scheme the client used: the proxy's ``Forwarded: proto=`` or ``X-Forwarded-Proto``
+    (when ``forwarded``: a TLS-terminating proxy speaks ``http`` to the app), else the scope's."""
+    if forwarded:
+        proto = (_forwarded(headers, "proto") or _first_entry(headers, "x-forwarded-proto")).lower()
+        if _SCHEME.fullmatch(proto):
+            return proto
+    scheme = scope.get("scheme")
+    return scheme if isinstance(scheme, str) else None
+
+
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,15}")
+
+
 def _server_as_addressed(
-    scope: Scope, headers: Mapping[str, str], *, forwarded: bool
+    scope: Scope, headers: Mapping[str, str], scheme: str | None, *, forwarded: bool
 ) -> tuple[str | None, int | None]:
     """``server.address`` and ``server.port`` as the HTTP conventions set them on a server span: the
     host and port the client addressed, from the proxy's ``Forwarded: host=`` or
-    ``X-Forwarded-Host`` (when ``forwarded``), else the ``Host`` header (a port left out there is
-    the scheme's default), else the socket the request came in on."""
+    ``X-Forwarded-Host`` (when ``forwarded``), else the ``Host`` header, else the socket the request
+    came in on. A port the host leaves out is the proxy's ``X-Forwarded-Port`` (when
+    ``forwarded``), else ``scheme``'s default."""
     proxied = ""
     if forwarded:
         proxied = _forwarded(headers, "host") or _first_entry(headers, "x-forwarded-host")
@@ -313,11 +336,12 @@ def _server_as_addressed(
     if not authority:
         return _address_and_port(scope.get("server"))
     host, port = _host_and_port(authority)
+    if host is None:
+        return None, None
+    if port is None and forwarded:
+        port = _port(_first_entry(headers, "x-forwarded-port"))
     if port is None:
-        scheme = scope.get("scheme", "")
-        if proxied:
-            scheme = _forwarded(headers, "proto") or _first_entry(headers, "x-forwarded-proto") or scheme
-        port = _DEFAULT_PORTS.get(str(scheme).lower())
+        port = _DEFAULT_PORTS.get(scheme or "")
     return host, port
 
 
