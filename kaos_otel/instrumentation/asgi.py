@@ -262,6 +262,7 @@ def _address_and_port(pair: object) -> tuple[str | None, int | None]:
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+"""The port a ``Host`` without one means, by scheme."""
 
 
 def _host_and_port(authority: str) -> tuple[str | None, int | None]:
@@ -307,6 +308,10 @@ def _forwarded_client(headers: Mapping[str, str]) -> str | None:
     return _host_and_port(given)[0]
 
 
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,15}")
+"""A URI scheme as a proxy may forward it (``https``)."""
+
+
 def _scheme_as_sent(scope: Scope, headers: Mapping[str, str], *, forwarded: bool) -> str | None:
     """The scheme the client used: the proxy's ``Forwarded: proto=`` or ``X-Forwarded-Proto``
     (when ``forwarded``: a TLS-terminating proxy speaks ``http`` to the app), else the scope's."""
@@ -316,9 +321,6 @@ def _scheme_as_sent(scope: Scope, headers: Mapping[str, str], *, forwarded: bool
             return proto
     scheme = scope.get("scheme")
     return scheme if isinstance(scheme, str) else None
-
-
-_SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,15}")
 
 
 def _server_as_addressed(
@@ -420,9 +422,8 @@ class _HeaderCapture:
     Latin-1). (OpenTelemetry Python's instrumentations still write ``-`` as ``_`` in the name:
     ``content_type``.) At most :data:`_MAX_CAPTURED_HEADERS` names each way, and
     :data:`_MAX_HEADER_VALUES` values per name: a client sending hundreds of headers does not crowd
-    out the span's other attributes. Values pass through the
-    content-safety layer as every attribute does: ``authorization``, ``cookie`` and other
-    secret-named headers are masked whole."""
+    out the span's other attributes. Values pass through the content-safety layer as every
+    attribute does: ``authorization``, ``cookie`` and other secret-named headers are masked whole."""
 
     request: tuple[re.Pattern[str], ...] = ()
     response: tuple[re.Pattern[str], ...] = ()
