@@ -76,6 +76,8 @@ def load_item(path: Path) -> Item:
         body = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ImportFailed(f"{path}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ImportFailed(f"{path}: not UTF-8 text ({exc.reason} at offset {exc.start})") from exc
     except json.JSONDecodeError as exc:
         raise ImportFailed(f"{path}: not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
@@ -151,12 +153,15 @@ class SigNozClient:
     ) -> None:
         self.url = url.rstrip("/")
         self.rules_api = rules_api
-        self._http = httpx.Client(
-            base_url=self.url,
-            headers={API_KEY_HEADER: api_key, "Accept": "application/json"},
-            timeout=timeout,
-            transport=transport,
-        )
+        try:
+            self._http = httpx.Client(
+                base_url=self.url,
+                headers={API_KEY_HEADER: api_key, "Accept": "application/json"},
+                timeout=timeout,
+                transport=transport,
+            )
+        except httpx.InvalidURL as exc:
+            raise ImportFailed(f"the SigNoz URL {url!r} is not valid: {exc} (--signoz / SIGNOZ_URL)") from exc
 
     def close(self) -> None:
         self._http.close()
@@ -186,7 +191,13 @@ class SigNozClient:
                 else f"try --rules-api {'v2' if self.rules_api == 'v1' else 'v1'}"
             )
             raise ImportFailed(f"{method} {path}: HTTP 404 {_error_message(response)} ({hint})")
-        if response.status_code >= 400:
+        location = response.headers.get("Location")
+        if 300 <= response.status_code < 400 and location:
+            raise ImportFailed(
+                f"{method} {path}: HTTP {response.status_code} redirect to {location} "
+                "(--signoz must be the address SigNoz answers on, not one that redirects)"
+            )
+        if not response.is_success:
             raise ImportFailed(f"{method} {path}: HTTP {response.status_code}: {_error_message(response)}")
         if response.status_code == 204 or not response.content:
             return None
@@ -199,6 +210,16 @@ class SigNozClient:
         if isinstance(payload, dict) and payload.get("status") == "error":
             raise ImportFailed(f"{method} {path}: {_error_message(response)}")
         return payload.get("data") if isinstance(payload, dict) and "data" in payload else payload
+
+    def _create(self, path: str, body: JsonObj) -> JsonObj:
+        """POST ``body`` to ``path``: the created item as SigNoz answers it (without an id: a failure)."""
+        created = self._call("POST", path, body=body)
+        if not isinstance(created, dict) or created.get("id") in (None, ""):
+            raise ImportFailed(
+                f"POST {path}: the answer has no id of a created item (is {self.url} SigNoz?): "
+                f"{json.dumps(created)[:200]}"
+            )
+        return created
 
     # dashboards
     def dashboards(self) -> Iterator[JsonObj]:
@@ -214,8 +235,8 @@ class SigNozClient:
             if len(page) < PAGE or (total is not None and offset >= int(total)):
                 return
 
-    def create_dashboard(self, body: JsonObj) -> Any:
-        return self._call("POST", "/api/v2/dashboards", body=body)
+    def create_dashboard(self, body: JsonObj) -> JsonObj:
+        return self._create("/api/v2/dashboards", body)
 
     def update_dashboard(self, existing: JsonObj, body: JsonObj) -> Any:
         updatable = {
@@ -233,8 +254,8 @@ class SigNozClient:
         rules = data.get("rules") if isinstance(data, dict) else data
         return [r for r in rules or [] if isinstance(r, dict)]
 
-    def create_rule(self, body: JsonObj) -> Any:
-        return self._call("POST", f"/api/{self.rules_api}/rules", body=body)
+    def create_rule(self, body: JsonObj) -> JsonObj:
+        return self._create(f"/api/{self.rules_api}/rules", body)
 
     def update_rule(self, rule_id: str, body: JsonObj) -> Any:
         return self._call("PUT", f"/api/{self.rules_api}/rules/{rule_id}", body=body)
@@ -259,7 +280,8 @@ def run_import(
     replace: bool = False,
     channels: Sequence[str] = (),
 ) -> Report:
-    """Create (or, with ``replace``, update) every item; with ``dry_run`` only test them."""
+    """Create (or, with ``replace``, update) every item; with ``dry_run`` only test them. What this
+    run created counts as existing: a title given twice is created once."""
     report = Report()
     dashboards = [i for i in items if i.kind == "dashboard"]
     rules = [i for i in items if i.kind == "rule"]
@@ -291,8 +313,8 @@ def run_import(
                     report.ok(f"dashboard {item.title!r}: updated (id {found.get('id')})")
                 else:
                     created = client.create_dashboard(item.body)
-                    new_id = created.get("id") if isinstance(created, dict) else None
-                    report.ok(f"dashboard {item.title!r}: created (id {new_id})")
+                    existing_dashboards[item.title] = created
+                    report.ok(f"dashboard {item.title!r}: created (id {created['id']})")
             except ImportFailed as exc:
                 report.fail(f"dashboard {item.title!r} ({item.path.name}): {exc}")
     if rules:
@@ -323,8 +345,8 @@ def run_import(
                     report.ok(f"rule {item.title!r}: updated (id {found['id']})")
                 else:
                     created = client.create_rule(body)
-                    new_id = created.get("id") if isinstance(created, dict) else None
-                    report.ok(f"rule {item.title!r}: created (id {new_id})")
+                    existing_rules[item.title] = created
+                    report.ok(f"rule {item.title!r}: created (id {created['id']})")
             except ImportFailed as exc:
                 report.fail(f"rule {item.title!r} ({item.path.name}): {exc}")
     return report
@@ -357,11 +379,16 @@ def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = Non
     if not items:
         print("error: nothing to import", file=sys.stderr)
         return 2
+    try:
+        client = SigNozClient(
+            args.url, args.api_key, rules_api=args.rules_api, timeout=args.timeout, transport=transport
+        )
+    except ImportFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     mode = "dry run against" if args.dry_run else "importing into"
     print(f"{mode} {args.url}: {len(items)} file(s)")
-    with SigNozClient(
-        args.url, args.api_key, rules_api=args.rules_api, timeout=args.timeout, transport=transport
-    ) as client:
+    with client:
         report = run_import(client, items, dry_run=args.dry_run, replace=args.replace, channels=args.channel)
     if report.failures:
         print(f"{report.failures} failure(s)", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -102,6 +103,17 @@ def _condition(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
     return key, value
+
+
+def _positive_seconds(text: str) -> float:
+    """An ``argparse`` type: a finite number of seconds above 0 (NaN is not)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return seconds
 
 
 def _matches(spans: list[Any], conditions: list[tuple[str, str]]) -> bool:
@@ -302,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     show.add_argument(
         "--min-duration",
-        type=float,
+        type=_positive_seconds,
         metavar="SECONDS",
         help="only traces whose request (root span) took at least this long",
     )
@@ -390,7 +402,9 @@ def add_signoz_import_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rules-api", choices=("v1", "v2"), default="v1", help="rules endpoints (default v1)"
     )
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
+    parser.add_argument(
+        "--timeout", type=_positive_seconds, default=30.0, help="seconds per request (default 30)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 from test_collector import collector_binary
+from test_dashboards import SIGNOZ_ALERTS, SIGNOZ_DASHBOARD, FakeSigNoz, _run_import
 
 import kaos_otel
 from kaos_otel.assets import ASSET_PATTERNS, COLLECTOR_PROFILES, asset_files, collector_config
@@ -130,11 +133,104 @@ def test_dashboards_import_without_httpx_says_what_to_install(
     assert "dashboards import needs httpx" in capsys.readouterr().err
 
 
+@pytest.mark.fast
+def test_dashboards_import_fails_on_a_redirect_and_on_a_create_answer_without_an_id(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A URL that redirects (http to https, a wrong path prefix) or answers a create without the new
+    item's id has created nothing: every item fails, none is reported created."""
+
+    def redirect(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(308, headers={"Location": f"https://signoz.test{request.url.path}"})
+
+    assert _run_import(redirect) == 1
+    out, err = capsys.readouterr()
+    assert "created" not in out
+    assert "GET /api/v2/dashboards: HTTP 308 redirect to https://signoz.test/api/v2/dashboards" in err
+
+    fake = FakeSigNoz()
+
+    def create_answer_without_an_id(request: httpx.Request) -> httpx.Response:
+        answer = fake(request)
+        if request.method != "POST":
+            return answer
+        if "dashboards" in request.url.path:
+            return httpx.Response(201)  # an empty body
+        return httpx.Response(200, json={"status": "success"})
+
+    assert _run_import(create_answer_without_an_id) == 1
+    out, err = capsys.readouterr()
+    assert "created" not in out
+    assert err.count("the answer has no id of a created item") == 1 + len(SIGNOZ_ALERTS)
+    assert f"{1 + len(SIGNOZ_ALERTS)} failure(s)" in err
+
+
+@pytest.mark.fast
+def test_dashboards_import_names_a_file_that_is_not_utf8_and_a_url_that_is_not_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Usage errors (exit status 2) in one line, not a traceback; neither gets as far as a request."""
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes(b'{"alert": "caf\xe9"}')
+    words = ["dashboards", "import", "--api-key", "k", "--signoz"]
+    assert kaos_otel_main([*words, "http://127.0.0.1:9", str(latin1)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {latin1}: not UTF-8 text (invalid continuation byte at offset 14)" in err
+    assert kaos_otel_main([*words, "http://localhost:8o80"]) == 2
+    assert "error: the SigNoz URL 'http://localhost:8o80' is not valid" in capsys.readouterr().err
+
+
+IMPORT = ["dashboards", "import", "--signoz", "http://127.0.0.1:9", "--api-key", "k"]
+SHOW = ["traces", "show", "telemetry.jsonl"]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        (IMPORT, "--timeout", "nan"),
+        (IMPORT, "--timeout", "-1"),
+        (IMPORT, "--timeout", "0"),
+        (SHOW, "--min-duration", "nan"),
+        (SHOW, "--min-duration", "inf"),
+    ],
+)
+def test_a_number_of_seconds_must_be_positive(
+    command: list[str], option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A usage error (exit status 2) before anything runs, not a traceback or a filter matching nothing."""
+    with pytest.raises(SystemExit) as exited:
+        kaos_otel_main([*command, option, value])
+    assert exited.value.code == 2
+    assert f"argument {option}: {value!r} is not a positive number of seconds" in capsys.readouterr().err
+
+
+@pytest.mark.fast
+def test_dashboards_import_creates_a_title_given_twice_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """The second copy counts as existing: skipped, or with --replace updated under the new id."""
+    twice = [str(SIGNOZ_DASHBOARD), str(SIGNOZ_ALERTS[0])] * 2
+    fake = FakeSigNoz()
+    assert _run_import(fake, *twice) == 0
+    assert [call for call in fake.calls if call[0] != "GET"] == [
+        ("POST", "/api/v2/dashboards"),
+        ("POST", "/api/v1/rules"),
+    ]
+    assert capsys.readouterr().out.count("skipped") == 2
+
+    fake = FakeSigNoz()
+    assert _run_import(fake, "--replace", *twice) == 0
+    (rule_id,) = re.findall(r"rule '.*': created \(id (\S+)\)", capsys.readouterr().out)
+    assert [call for call in fake.calls if call[0] != "GET"] == [
+        ("POST", "/api/v2/dashboards"),
+        ("PUT", "/api/v2/dashboards/dash-1"),
+        ("POST", "/api/v1/rules"),
+        ("PUT", f"/api/v1/rules/{rule_id}"),
+    ]
+
+
 def docker_build_context(destination: Path) -> None:
     """What the Dockerfile's ``COPY`` lines put in its work directory, ``.dockerignore`` applied."""
-    ignored = [
-        line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip()
-    ]
+    ignored = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip()]
 
     def is_ignored(relative: str) -> bool:
         return any(
@@ -175,4 +271,3 @@ def test_the_docker_image_installs_the_assets_too(tmp_path: Path) -> None:
         for path in asset_files(folder, REPO)
     }
     assert expected and expected <= names, sorted(expected - names)
-
