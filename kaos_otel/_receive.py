@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import select
 import signal
 import sys
 import threading
@@ -21,7 +23,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
-from kaos_otel._trace_tree import format_duration, is_startup_trace, render_trace_trees
+from kaos_otel._trace_tree import format_duration, is_startup_trace, printable, render_trace_trees
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan, ReceivedTelemetry
 
 __all__ = ["CompletedTrace", "TraceAssembler", "run_receive"]
@@ -133,10 +135,23 @@ class _Printer:
             self._out.flush()
 
     def trace(self, trace: CompletedTrace) -> None:
+        """Print ``trace``; one that cannot be drawn is reported on stderr and skipped, so the
+        receiver goes on with the others."""
+        try:
+            payload, text = self._trace_event(trace)
+        except Exception as exc:
+            message = printable(f"{type(exc).__name__}: {exc}")
+            print(
+                f"kaos-otel receive: error: cannot print trace {printable(trace.trace_id)}: {message}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        self.event(payload, text)
+
+    def _trace_event(self, trace: CompletedTrace) -> tuple[dict[str, Any], str]:
+        """The JSON payload and the text (a tree, only drawn when it is shown) of ``trace``."""
         startup = is_startup_trace(trace.spans)
-        label = " late spans" if trace.late else ""
-        label += " [MCP session start-up]" if startup else ""
-        text = render_trace_trees(trace.spans, color=self._color, waterfall=True, label=label)
         payload = {
             "event": "trace",
             "trace_id": trace.trace_id,
@@ -144,7 +159,11 @@ class _Printer:
             "startup": startup,
             "spans": [_span_dict(s) for s in trace.spans],
         }
-        self.event(payload, text + "\n")
+        if self._json:
+            return payload, ""
+        label = " late spans" if trace.late else ""
+        label += " [MCP session start-up]" if startup else ""
+        return payload, render_trace_trees(trace.spans, color=self._color, waterfall=True, label=label) + "\n"
 
 
 @dataclass
@@ -279,8 +298,33 @@ def _install_signals(stop: threading.Event, summary_wanted: threading.Event) -> 
 
 
 def _watch_enter(stdin: TextIO, summary_wanted: threading.Event) -> None:
+    """Set ``summary_wanted`` for each line of ``stdin``. A terminal is read only while that cannot
+    stop the process: reading its terminal from the background (``kaos-otel receive &``) would get
+    the whole receiver stopped by the kernel (SIGTTIN), with exporters waiting on it."""
     try:
-        for _ in stdin:
+        terminal = stdin.isatty() and hasattr(os, "tcgetpgrp")  # Windows has no job control
+        while True:
+            if terminal and not _terminal_line_ready(stdin.fileno()):
+                continue
+            if not stdin.readline():
+                return  # end of input
             summary_wanted.set()
     except (OSError, ValueError):  # stdin closed or not readable: no summaries on demand
         return
+
+
+def _terminal_line_ready(fd: int) -> bool:
+    """Wait up to ``_POLL_S`` for input on terminal ``fd``; whether it is there and may be read."""
+    if not _may_read_terminal(fd):
+        time.sleep(_POLL_S)
+        return False
+    return bool(select.select([fd], [], [], _POLL_S)[0]) and _may_read_terminal(fd)
+
+
+def _may_read_terminal(fd: int) -> bool:
+    """Whether reading terminal ``fd`` cannot stop the process: it is not the process's controlling
+    terminal, or the process is in its foreground process group."""
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:  # not this process's controlling terminal: no job control applies
+        return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from kaos_otel import catalog
 
@@ -53,9 +53,15 @@ def is_startup_trace(spans: Sequence[ReceivedSpan]) -> bool:
     roots = [s for s in spans if is_root(s, ids)]
     return (
         bool(roots)
-        and all(s.attributes.get(catalog.MCP_METHOD_NAME) in _STARTUP_MCP_METHODS for s in roots)
+        and all(_is_startup_method(s.attributes.get(catalog.MCP_METHOD_NAME)) for s in roots)
         and not any(s.status_code == "ERROR" for s in spans)
     )
+
+
+def _is_startup_method(method: object) -> bool:
+    """Whether an ``mcp.method.name`` value names session start-up (a key-value list or array,
+    which OTLP allows, names nothing and cannot be looked up in a set)."""
+    return isinstance(method, str) and method in _STARTUP_MCP_METHODS
 
 
 _CONTROL_CHARACTERS = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
@@ -66,25 +72,42 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL_CHARACTERS)
 
 
+def _start_order(span: ReceivedSpan) -> tuple[int, str]:
+    """Sort key drawing spans by start time (span id breaks ties, so the order is stable)."""
+    return span.start_time_unix_nano, span.span_id
+
+
 def _break_cycles(
     spans: Sequence[ReceivedSpan], roots: list[ReceivedSpan], children: dict[str, list[ReceivedSpan]]
-) -> None:
-    """Make spans whose parents form a cycle reachable: the earliest of each cycle becomes a root."""
+) -> set[str]:
+    """Make spans whose parents form a cycle reachable; returns the ids of the spans made roots.
+
+    Parent links from a span no root reaches lead into a cycle: from the earliest such span, the
+    first span they meet twice is on it, and becomes a root (its descendants, the rest of the cycle
+    included, then hang under it).
+    """
+    by_id = {span.span_id: span for span in spans}
     reached: set[str] = set()
+    broken: set[str] = set()
     pending = list(roots)
-    while True:
+    for candidate in sorted(spans, key=_start_order):
         while pending:
             span = pending.pop()
             if span.span_id not in reached:
                 reached.add(span.span_id)
                 pending.extend(children.get(span.span_id, []))
-        unreached = [s for s in spans if s.span_id not in reached]
-        if not unreached:
-            return
-        first = min(unreached, key=lambda s: (s.start_time_unix_nano, s.span_id))
-        children[str(first.parent_span_id)].remove(first)
-        roots.append(first)
-        pending.append(first)
+        if candidate.span_id in reached:
+            continue
+        walked: set[str] = set()
+        member = candidate
+        while member.span_id not in walked:
+            walked.add(member.span_id)
+            member = by_id[str(member.parent_span_id)]
+        children[str(member.parent_span_id)].remove(member)
+        roots.append(member)
+        broken.add(member.span_id)
+        pending.append(member)
+    return broken
 
 
 _LATE_NS = 10_000_000
@@ -110,6 +133,17 @@ def _bar(start: int, end: int, trace_start: int, trace_end: int) -> str:
     return "|" + "·" * first + "█" * (last - first) + "·" * (_BAR_WIDTH - last) + "|"
 
 
+_Entry: TypeAlias = "tuple[ReceivedSpan, str, bool, ReceivedSpan | None]"
+"""A span waiting to be drawn: the span, the prefix of its line, whether it is the last of its
+siblings, and its parent (``None`` for a root)."""
+
+
+def _siblings(spans: list[ReceivedSpan], prefix: str, parent: ReceivedSpan | None) -> list[_Entry]:
+    """Stack entries drawing ``spans`` in start order (the first is popped first)."""
+    ordered = sorted(spans, key=_start_order, reverse=True)
+    return [(span, prefix, index == 0, parent) for index, span in enumerate(ordered)]
+
+
 class _Renderer:
     def __init__(self, color: bool, waterfall: bool) -> None:
         self._color = color
@@ -130,7 +164,7 @@ class _Renderer:
                 roots.append(span)
             else:
                 children[span.parent_span_id or ""].append(span)
-        _break_cycles(spans, roots, children)
+        cycle_roots = _break_cycles(spans, roots, children)
         start = min(s.start_time_unix_nano for s in spans)
         end = max(s.end_time_unix_nano for s in spans)
         count = f"{len(spans)} span" + ("" if len(spans) == 1 else "s")
@@ -140,7 +174,7 @@ class _Renderer:
         header = f"trace {trace_id} ({format_duration((end - start) / 1e9)}, {count}){label}"
         self.lines.append(self._paint(header, _BOLD))
         self._rows = []
-        self._level(roots, children, "", None, ids)
+        self._tree(roots, children, ids, cycle_roots)
         column = min(_MAX_LABEL, max((row[0] for row in self._rows if row[2]), default=0)) + 2
         for length, text, drawn in self._rows:
             if self._waterfall and drawn is not None:
@@ -152,25 +186,31 @@ class _Renderer:
     def _add(self, plain: str, text: str, span: ReceivedSpan | None) -> None:
         self._rows.append((len(plain), text, span))
 
-    def _level(
+    def _tree(
         self,
-        spans: list[ReceivedSpan],
+        roots: list[ReceivedSpan],
         children: dict[str, list[ReceivedSpan]],
-        prefix: str,
-        parent: ReceivedSpan | None,
         ids: set[str],
+        cycle_roots: set[str],
     ) -> None:
-        ordered = sorted(spans, key=lambda s: (s.start_time_unix_nano, s.span_id))
-        for i, span in enumerate(ordered):
-            last = i == len(ordered) - 1
-            orphan = not prefix and span.parent_span_id is not None and span.parent_span_id not in ids
-            late = parent is not None and span.end_time_unix_nano - parent.end_time_unix_nano > _LATE_NS
-            self._span(span, prefix + ("└─ " if last else "├─ "), orphan, late)
+        """Draw the spans depth first, siblings by start time. An explicit stack rather than
+        recursion: a trace may be thousands of spans deep."""
+        stack = _siblings(roots, "", None)
+        while stack:
+            span, prefix, last, parent = stack.pop()
+            marks: list[str] = []
+            if parent is None and span.parent_span_id is not None and span.parent_span_id not in ids:
+                marks.append("(parent missing)")
+            if span.span_id in cycle_roots:
+                marks.append("(parent cycle)")
+            if parent is not None and span.end_time_unix_nano - parent.end_time_unix_nano > _LATE_NS:
+                marks.append("(ended after its parent)")
+            self._span(span, prefix + ("└─ " if last else "├─ "), marks)
             inner = prefix + ("   " if last else "│  ")
             self._errors(span, inner)
-            self._level(children.get(span.span_id, []), children, inner, span, ids)
+            stack.extend(_siblings(children.get(span.span_id, []), inner, span))
 
-    def _span(self, span: ReceivedSpan, lead: str, orphan: bool, late: bool) -> None:
+    def _span(self, span: ReceivedSpan, lead: str, marks: list[str]) -> None:
         tier = span.attributes.get(catalog.KAOS_MEMORY_TIER)
         plain = [
             printable(span.service_name or "?"),
@@ -188,12 +228,8 @@ class _Renderer:
         if outcome is not None:
             plain.append(outcome)
             painted.append(self._paint(outcome, _YELLOW))
-        if orphan:
-            plain.append("(parent missing)")
-            painted.append(self._paint("(parent missing)", _YELLOW))
-        if late:
-            plain.append("(ended after its parent)")
-            painted.append(self._paint("(ended after its parent)", _YELLOW))
+        plain.extend(marks)
+        painted.extend(self._paint(mark, _YELLOW) for mark in marks)
         self._add(lead + "  ".join(plain), lead + "  ".join(painted), span)
 
     def _errors(self, span: ReceivedSpan, indent: str) -> None:
@@ -226,7 +262,8 @@ def render_trace_trees(
     Each line shows service, span name, duration and status, and an outcome the status cannot
     show (``canceled``, ``degraded``...); error spans are followed by their
     ``exception.type: exception.message``. Spans whose parent was not received are shown as roots
-    marked ``(parent missing)``; spans that went on after their parent ended (work a request left
+    marked ``(parent missing)``, and a span whose parents lead back to it as a root marked
+    ``(parent cycle)``; spans that went on after their parent ended (work a request left
     behind) are marked ``(ended after its parent)``, and the header then gives the root's own
     duration next to the trace's. Duplicate spans (same trace and span id) are shown once.
     ``waterfall`` draws each span's time within its trace as a bar; ``label`` follows each header.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import queue
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -19,7 +21,7 @@ import pytest
 
 from kaos_otel import KaosOtelManager, catalog
 from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
-from kaos_otel._receive import TraceAssembler
+from kaos_otel._receive import CompletedTrace, TraceAssembler, _Printer
 from kaos_otel._trace_tree import is_startup_trace, render_trace_trees
 from kaos_otel.cli import main as kaos_otel_main
 from kaos_otel.receiver import ReceivedMetricPoint, ReceivedSpan
@@ -399,3 +401,165 @@ def test_work_that_outlived_its_request_is_marked() -> None:
     assert header.endswith("(3.00 s, 3 spans; its root 0.10 s)"), header
     assert lines[0].endswith("UNSET") and lines[1].endswith("UNSET")
     assert lines[2].endswith("UNSET  (ended after its parent)")
+
+
+@pytest.mark.fast
+def test_a_trace_deeper_than_the_recursion_limit_is_drawn() -> None:
+    depth = sys.getrecursionlimit() + 100
+    chain = [_span("t1", f"s{i}", f"s{i - 1}" if i else None, i, depth) for i in range(depth)]
+    header, *lines = render_trace_trees(chain).splitlines()
+    assert header.startswith("trace t1 (") and len(lines) == depth
+    assert lines[-1] == "   " * (depth - 1) + f"└─ svc  op-s{depth - 1}  0.0 ms  UNSET"
+
+
+@pytest.mark.fast
+def test_receive_reports_a_trace_it_cannot_draw_and_goes_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def draw(spans: tuple[ReceivedSpan, ...], **options: Any) -> str:
+        if spans[0].trace_id == "bad":
+            raise RuntimeError("cannot draw\nthis")
+        return render_trace_trees(spans, **options)
+
+    monkeypatch.setattr("kaos_otel._receive.render_trace_trees", draw)
+    out = io.StringIO()
+    printer = _Printer(out, json_mode=False, color=False)
+    for trace_id in ("bad", "good"):
+        printer.trace(CompletedTrace(trace_id, (_span(trace_id, "a", None),), late=False))
+    assert "trace bad" not in out.getvalue() and "trace good (" in out.getvalue()
+    assert capsys.readouterr().err == (
+        "kaos-otel receive: error: cannot print trace bad: RuntimeError: cannot draw\\x0athis\n"
+    )
+
+
+@pytest.mark.fast
+def test_a_method_name_that_is_a_key_value_list_or_array_is_not_start_up() -> None:
+    """OTLP attribute values may be key-value lists and arrays: they name no MCP method."""
+    for method in ({"a": "b"}, ({"k": 1},), ("initialize",)):
+        span = dataclasses.replace(_span("t1", "a", None), attributes={catalog.MCP_METHOD_NAME: method})
+        assert not is_startup_trace([span])
+        assert "op-a" in render_trace_trees([span])
+
+
+@pytest.mark.fast
+def test_a_parent_cycle_is_broken_at_a_span_on_it_and_marked() -> None:
+    """a and b are each other's parent; c, a's child, started first: a becomes the root, c stays
+    its child."""
+    spans = [
+        _span("t1", "a", "b", start=100, end=300),
+        _span("t1", "b", "a", start=200, end=300),
+        _span("t1", "c", "a", start=50, end=300),
+    ]
+    lines = render_trace_trees(spans).splitlines()[1:]
+    assert lines == [
+        "└─ svc  op-a  0.0 ms  UNSET  (parent cycle)",
+        "   ├─ svc  op-c  0.0 ms  UNSET",
+        "   └─ svc  op-b  0.0 ms  UNSET",
+    ]
+
+
+def _json_span(trace_id: str, index: int, parent: int | None, attributes: list[Any]) -> dict[str, Any]:
+    """An OTLP/JSON span of ``trace_id`` whose span id (and parent's) is made of ``index``."""
+    return {
+        "traceId": trace_id, "spanId": f"{index + 1:016x}", "name": f"step{index}",
+        **({"parentSpanId": f"{parent + 1:016x}"} if parent is not None else {}),
+        "startTimeUnixNano": str(1000 + index), "endTimeUnixNano": "2000000", "attributes": attributes,
+    }  # fmt: skip
+
+
+def test_receive_and_traces_show_draw_a_very_deep_trace_and_a_key_value_method_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Neither stops the receiver (nor ``traces show`` reading what it wrote)."""
+    deep_id, odd_id, depth = "0a" * 16, "0b" * 16, sys.getrecursionlimit() + 100
+    deep = [_json_span(deep_id, i, i - 1 if i else None, []) for i in range(depth)]
+    method = {"key": catalog.MCP_METHOD_NAME, "value": {"kvlistValue": {"values": []}}}
+    odd = [_json_span(odd_id, 0, None, [method])]
+    out = tmp_path / "telemetry.jsonl"
+    process = subprocess.Popen(
+        [*RECEIVE, "--settle", "0.2", "--no-color", "--out", str(out)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    lines = _Lines(process.stdout)
+    try:
+        http_endpoint = lines.until("  HTTP  ").split()[-1]
+        for spans in (deep, odd):
+            document = {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+            request = urllib.request.Request(
+                f"{http_endpoint}/v1/traces",
+                json.dumps(document).encode(),
+                {"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=20) as response:
+                assert response.status == 200
+        lines.until(f"step{depth - 1}")
+        lines.until(f"trace {odd_id} (")
+        process.send_signal(signal.SIGTERM)
+        lines.until(f"Received {depth + 1} spans")
+        assert process.wait(timeout=10) == 0
+        assert "Traceback" not in process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    assert kaos_otel_main(["traces", "show", str(out), "--all", "--no-color"]) == 0
+    shown = capsys.readouterr().out
+    assert f"trace {deep_id} (" in shown and f"trace {odd_id} (" in shown
+
+
+_JOB_ON_A_TERMINAL = """
+import fcntl, os, signal, subprocess, sys, termios
+fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # stdin, a pseudo-terminal, becomes this new session's terminal
+job = subprocess.Popen(sys.argv[2:], process_group=0)  # a job of its own, as a shell starts one
+if sys.argv[1] == "foreground":
+    os.tcsetpgrp(0, job.pid)
+for forwarded in (signal.SIGINT, signal.SIGUSR1):
+    signal.signal(forwarded, lambda signum, frame: job.send_signal(signum))
+sys.exit(job.wait())
+"""
+"""Runs a command as a job of a terminal session (stdin is the terminal), in the foreground or
+the background (``kaos-otel receive &``); SIGINT and SIGUSR1 are passed on to it."""
+
+
+@pytest.fixture
+def terminal() -> Iterator[tuple[int, int]]:
+    """A pseudo-terminal: its controller's and its device's file descriptors."""
+    pty = pytest.importorskip("pty")
+    try:
+        controller, device = pty.openpty()
+    except OSError as exc:
+        pytest.skip(f"no pseudo-terminal: {exc}")
+    try:
+        yield controller, device
+    finally:
+        os.close(controller)
+        os.close(device)
+
+
+@pytest.mark.parametrize("job", ["foreground", "background"])
+def test_receive_reads_enter_on_its_terminal_only_in_the_foreground(
+    terminal: tuple[int, int], job: str
+) -> None:
+    """In the background, reading its terminal would get the receiver stopped (SIGTTIN)."""
+    controller, device = terminal
+    process = subprocess.Popen(
+        [sys.executable, "-c", _JOB_ON_A_TERMINAL, job, *RECEIVE, "--json"],
+        stdin=device, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    lines = _Lines(process.stdout)
+    try:
+        lines.next_json("listening")
+        if job == "foreground":
+            os.write(controller, b"\n")  # Enter
+        else:
+            process.send_signal(signal.SIGUSR1)
+        assert lines.next_json("metrics")["series"] == []
+        process.send_signal(signal.SIGINT)
+        lines.next_json("stopped")
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
