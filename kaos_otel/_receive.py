@@ -254,7 +254,13 @@ def run_receive(options: ReceiveOptions, stdin: TextIO | None = None) -> int:
         printer.trace(trace)
     summary()
     totals = f"{counts['spans']} spans, {counts['points']} metric points, {counts['logs']} log records"
-    where = f"; written to {options.out} (kaos-otel traces show {options.out})" if options.out else ""
+    failed = receiver.json_write_error
+    if options.out and failed is not None:
+        where = f"; writing {options.out} failed ({failed.strerror or failed}): the file is incomplete"
+    elif options.out:
+        where = f"; written to {options.out} (kaos-otel traces show {options.out})"
+    else:
+        where = ""
     printer.event({"event": "stopped", **counts}, f"Received {totals}{where}\n")
     return 0
 

@@ -8,8 +8,9 @@ records as frozen dataclasses. It can also append each request to a JSON Lines f
 from __future__ import annotations
 
 import base64
-import gzip
+import codecs
 import json
+import logging
 import threading
 import time
 import zlib
@@ -73,6 +74,16 @@ _JSON_KEYS: dict[str, type[Any]] = {
     "resourceMetrics": metrics_service_pb2.ExportMetricsServiceRequest,
     "resourceLogs": logs_service_pb2.ExportLogsServiceRequest,
 }
+_JSON_KEY_OF: dict[type[Any], str] = {request_cls: key for key, request_cls in _JSON_KEYS.items()}
+# The OpenTelemetry Collector's OTLP receiver default (confighttp max_request_body_size), applied
+# both to the body as sent and to the body once decompressed.
+_MAX_REQUEST_BYTES = 20 * 1024 * 1024
+# zlib window bits per compressing Content-Encoding: gzip framing, zlib framing (HTTP's "deflate").
+_DECOMPRESS_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# An HTTP client that sends nothing for this long (mid-headers or mid-body) is disconnected.
+_HTTP_IDLE_TIMEOUT_S = 30.0
+
+_log = logging.getLogger("kaos_otel")
 
 
 @dataclass(frozen=True)
@@ -344,12 +355,24 @@ def to_otlp_json(request: ExportRequest) -> str:
     return json.dumps(_convert_ids(as_dict, _b64_to_hex), separators=(",", ":"))
 
 
-def parse_otlp_json(document: Mapping[str, Any]) -> ExportRequest:
-    """Parse one decoded OTLP/JSON export request (``resourceSpans``/``resourceMetrics``/``resourceLogs``)."""
+def parse_otlp_json(
+    document: Mapping[str, Any], request_type: type[ExportRequest] | None = None
+) -> ExportRequest:
+    """Parse one decoded OTLP/JSON export request (``resourceSpans``/``resourceMetrics``/``resourceLogs``).
+
+    A document with none of those keys is an empty request (of ``request_type``, else of traces).
+    ``request_type`` (an OTLP/HTTP route's) also refuses a document of another signal.
+    """
+    if not isinstance(document, Mapping):
+        raise ValueError("not a JSON object")
     kinds = [key for key in _JSON_KEYS if key in document]
-    if len(kinds) != 1:
-        raise ValueError(f"expected exactly one of {sorted(_JSON_KEYS)}, got keys {sorted(document)}")
-    message = _JSON_KEYS[kinds[0]]()
+    if len(kinds) > 1:
+        raise ValueError(f"expected one of {sorted(_JSON_KEYS)}, got keys {sorted(document)}")
+    default_type = request_type or trace_service_pb2.ExportTraceServiceRequest
+    message_type = _JSON_KEYS[kinds[0]] if kinds else default_type
+    if request_type is not None and message_type is not request_type:
+        raise ValueError(f"expected {_JSON_KEY_OF[request_type]}, got {kinds[0]}")
+    message = message_type()
     try:
         json_format.ParseDict(_convert_ids(dict(document), _hex_to_b64), message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
@@ -362,27 +385,31 @@ def load_otlp_json(path: Path | str) -> ReceivedTelemetry:
     """Read an OTLP/JSON Lines file (one export request per line) into flattened telemetry.
 
     Raises ``OSError`` if the file cannot be read and ``ValueError`` naming the file (and line) if
-    it is binary or malformed.
+    it is binary or malformed. An unterminated last line that is not JSON (its writer stopped
+    mid-line) is skipped with a warning.
     """
     out = ReceivedTelemetry()
     raw = Path(path).read_bytes()
     try:
-        text = raw.decode("utf-8")
+        # not final: a character cut short at the end of the file (by a write cut short) is left out
+        text = codecs.getincrementaldecoder("utf-8")().decode(raw)
     except UnicodeDecodeError as exc:
         raise ValueError(
             f"{path}: not an OTLP/JSON Lines file (binary content at byte {exc.start}); "
             "expected one JSON export request per line, as `kaos-otel receive --out` or the "
             "collector's file exporter write"
         ) from None
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # "\n" only: str.splitlines() also splits at U+2028 and the like, which JSON strings hold raw
+    lines = text.split("\n")
+    for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            document = json.loads(line)
-            if not isinstance(document, dict):
-                raise ValueError("not a JSON object")
-            request = parse_otlp_json(document)
+            request = parse_otlp_json(json.loads(line))
         except ValueError as exc:
+            if lineno == len(lines) and isinstance(exc, json.JSONDecodeError):  # a write cut short
+                _log.warning("kaos-otel: %s:%d: incomplete last line skipped (%s)", path, lineno, exc)
+                continue
             raise ValueError(f"{path}:{lineno}: not an OTLP/JSON export request: {exc}") from exc
         except RecursionError:
             raise ValueError(f"{path}:{lineno}: not an OTLP/JSON export request: nested too deeply") from None
@@ -411,6 +438,30 @@ class _Servicer(
         return _GRPC_RESPONSES[type(request)]()
 
 
+class _RequestTooLarge(Exception):
+    """An OTLP/HTTP body past :data:`_MAX_REQUEST_BYTES` (answered 413)."""
+
+
+def _decompress(body: bytes, encoding: str) -> bytes:
+    """Decompress a ``gzip`` (every member) or ``deflate`` body, at most :data:`_MAX_REQUEST_BYTES` of it.
+
+    Raises ``_RequestTooLarge`` past that size, ``ValueError`` if the body is cut short and
+    ``zlib.error`` if it is corrupt.
+    """
+    output = bytearray()
+    pending = body
+    while pending:
+        decompressor = zlib.decompressobj(_DECOMPRESS_WBITS[encoding])
+        output += decompressor.decompress(pending, _MAX_REQUEST_BYTES + 1 - len(output))
+        if len(output) > _MAX_REQUEST_BYTES:
+            raise _RequestTooLarge(f"decompressed body exceeds {_MAX_REQUEST_BYTES} bytes")
+        if not decompressor.eof:
+            raise ValueError(f"{encoding} body cut short")
+        # gzip.decompress reads concatenated members; zlib.decompress ignores what follows the stream
+        pending = decompressor.unused_data if encoding == "gzip" else b""
+    return bytes(output)
+
+
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -424,6 +475,11 @@ class _HttpHandler(BaseHTTPRequestHandler):
 
     server: _HttpServer
 
+    def setup(self) -> None:
+        """Set the connection's idle timeout (handle_one_request ends a timed-out request quietly)."""
+        super().setup()
+        self.connection.settimeout(_HTTP_IDLE_TIMEOUT_S)
+
     def do_POST(self) -> None:
         """Decode, record and acknowledge one export request."""
         route = _HTTP_ROUTES.get(self.path.split("?", 1)[0])
@@ -434,25 +490,35 @@ class _HttpHandler(BaseHTTPRequestHandler):
         if length is None:  # a chunked body, say: this server reads a body of announced length
             self._reply(HTTPStatus.LENGTH_REQUIRED, b"Content-Length required", "text/plain")
             return
-        if not length.strip().isdigit():
+        if not (length.isascii() and length.strip().isdigit()):  # "²".isdigit(), yet int() refuses it
             self._reply(HTTPStatus.BAD_REQUEST, b"invalid Content-Length", "text/plain")
             return
-        body = self.rfile.read(int(length))
-        encoding = self.headers.get("Content-Encoding", "").lower()
+        body_size = int(length)
+        if body_size > _MAX_REQUEST_BYTES:  # answered unread: the connection closes after any reply
+            message = f"body exceeds {_MAX_REQUEST_BYTES} bytes".encode()
+            self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, message, "text/plain")
+            return
+        body = self.rfile.read(body_size)
+        encoding = self.headers.get("Content-Encoding", "").strip().lower() or "identity"
+        if encoding != "identity" and encoding not in _DECOMPRESS_WBITS:
+            message = f"unsupported Content-Encoding {encoding!r} (gzip, deflate or none)".encode()
+            self._reply(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, message, "text/plain")
+            return
         content_type = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
         request_cls, response_cls = route
         try:
-            if encoding == "gzip":
-                body = gzip.decompress(body)
-            elif encoding == "deflate":
-                body = zlib.decompress(body)
+            if encoding in _DECOMPRESS_WBITS:
+                body = _decompress(body, encoding)
             if content_type == "application/json":
-                request: ExportRequest = parse_otlp_json(json.loads(body))
+                request: ExportRequest = parse_otlp_json(json.loads(body), request_cls)
             elif content_type == "application/x-protobuf":
                 request = request_cls.FromString(body)
             else:
                 self._reply(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, b"unsupported content type", "text/plain")
                 return
+        except _RequestTooLarge as exc:
+            self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, str(exc).encode(), "text/plain")
+            return
         except Exception as exc:  # any decoding failure is the client's fault
             self._reply(HTTPStatus.BAD_REQUEST, str(exc).encode(), "text/plain")
             return
@@ -514,6 +580,7 @@ class OtlpReceiver:
         self._stopping = False
         self._requests: list[ExportRequest] = []
         self._telemetry = ReceivedTelemetry()
+        self._json_write_error: OSError | None = None
         self._grpc_server: grpc.Server | None = None
         self._grpc_port = 0
         self._http_server: _HttpServer | None = None
@@ -530,6 +597,12 @@ class OtlpReceiver:
             raise RuntimeError("OtlpReceiver already started")
         with self._mode_changed:
             self._stopping = False
+        try:
+            http_server = _HttpServer(self, self._host, self._wanted_ports[1])
+        except OSError as exc:
+            raise OSError(
+                f"cannot listen for OTLP/HTTP on {self._host}:{self._wanted_ports[1]}: {exc.strerror or exc}"
+            ) from exc
         # Without SO_REUSEPORT (gRPC's default), a port another receiver holds is refused rather
         # than shared with it, each then getting a share of the exports.
         server = grpc.server(
@@ -544,13 +617,9 @@ class OtlpReceiver:
         try:
             self._grpc_port = server.add_insecure_port(grpc_address)
         except RuntimeError as exc:  # grpc reports a taken port as "Failed to bind"
+            # HTTP is bound first: an unstarted gRPC server holding a port cannot be made to let go
+            http_server.server_close()
             raise OSError(f"cannot listen for OTLP/gRPC on {grpc_address}: {exc}") from exc
-        try:
-            http_server = _HttpServer(self, self._host, self._wanted_ports[1])
-        except OSError as exc:
-            raise OSError(
-                f"cannot listen for OTLP/HTTP on {self._host}:{self._wanted_ports[1]}: {exc.strerror or exc}"
-            ) from exc
         server.start()
         self._grpc_server = server
         self._http_server = http_server
@@ -634,11 +703,32 @@ class OtlpReceiver:
             self._telemetry.spans.extend(received.spans)
             self._telemetry.metric_points.extend(received.metric_points)
             self._telemetry.logs.extend(received.logs)
-            if self._json_path is not None:
-                with self._json_path.open("a", encoding="utf-8") as fh:
-                    fh.write(to_otlp_json(request) + "\n")
+            if self._json_path is not None and self._json_write_error is None:
+                self._append_json_line(self._json_path, request)
         if self._on_receive is not None:
             self._on_receive(received)
+
+    def _append_json_line(self, path: Path, request: ExportRequest) -> None:
+        """Append ``request`` to the JSON file; after a failed write, warn once and stop writing.
+
+        Stopping keeps the file readable: a line written after a partial one would join it.
+        """
+        try:
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(to_otlp_json(request) + "\n")
+        except OSError as exc:
+            self._json_write_error = exc
+            _log.warning(
+                "kaos-otel: cannot write %s (%s); writing it stopped, what arrives is kept in memory only",
+                path,
+                exc.strerror or exc,
+            )
+
+    @property
+    def json_write_error(self) -> OSError | None:
+        """The error that stopped writing the JSON file (``None`` while it is written)."""
+        with self._lock:
+            return self._json_write_error
 
     def raw_requests(self) -> list[ExportRequest]:
         """Every accepted export request, as decoded protobuf messages, in arrival order."""

@@ -204,6 +204,33 @@ def test_receive_draws_a_waterfall_and_stops_on_sigterm() -> None:
             process.kill()
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a file whose writes fail)")
+def test_receive_says_when_writing_its_out_file_failed() -> None:
+    """A file whose writes fail (a full disk) does not stop the receiver, and its last line says
+    the file is incomplete instead of naming it as written."""
+    process = subprocess.Popen(
+        [*RECEIVE, "--settle", "0.3", "--no-color", "--out", "/dev/full"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    lines = _Lines(process.stdout)
+    try:
+        endpoint = lines.until("export OTEL_EXPORTER_OTLP_ENDPOINT=").rsplit("=", 1)[1].strip()
+        _run_agent(endpoint, "grpc")
+        lines.until("execute_tool search")  # received and drawn all the same
+        process.send_signal(signal.SIGTERM)
+        last = lines.until("Received 4 spans")
+        assert "writing /dev/full failed (No space left on device): the file is incomplete" in last, last
+        assert "written to" not in last
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
 def test_receive_names_the_port_it_cannot_bind() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
+import logging
+import re
+import socket
 import threading
 import time
 import urllib.error
 import urllib.request
+import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
@@ -20,6 +27,8 @@ from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
@@ -32,9 +41,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from kaos_otel import cli
+from kaos_otel import receiver as receiver_module
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan, load_otlp_json
 
 BOUNDS = (0.1, 1.0, 10.0)
+MAX_REQUEST_BYTES = 20 * 1024 * 1024
+"""The OpenTelemetry Collector's default OTLP/HTTP request body limit, which the receiver follows."""
 Protocol = str  # "grpc", "http" or "http-gzip"
 
 
@@ -292,10 +304,15 @@ def post(url: str, body: bytes, content_type: str) -> int:
     return status
 
 
+def json_span_document(name: str) -> bytes:
+    """One OTLP/JSON trace export request holding one span called ``name``."""
+    span = {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "name": name}
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+
+
 def test_http_status_codes_and_otlp_json(otlp_receiver: OtlpReceiver) -> None:
     base = otlp_receiver.http_endpoint
-    span = {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "name": "json-span"}
-    document = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+    document = json_span_document("json-span")
     assert post(f"{base}/v1/unknown", b"", "application/x-protobuf") == 404
     assert post(f"{base}/v1/traces", b"", "text/plain") == 415
     assert post(f"{base}/v1/traces", b"\xff\xff", "application/x-protobuf") == 400
@@ -305,8 +322,8 @@ def test_http_status_codes_and_otlp_json(otlp_receiver: OtlpReceiver) -> None:
     assert post(f"{base}/v1/traces", document, "application/json") == 200
     (received,) = otlp_receiver.spans()
     assert (received.trace_id, received.span_id, received.name) == (
-        span["traceId"],
-        span["spanId"],
+        "0af7651916cd43dd8448eb211c80319c",
+        "b7ad6b7169203331",
         "json-span",
     )
 
@@ -342,28 +359,206 @@ def test_a_grpc_port_another_receiver_holds_is_refused_not_shared() -> None:
         assert [span.name for span in first.spans()] == ["probe"]
 
 
-@pytest.mark.parametrize(
-    ("headers", "status"),
-    [
-        ({"Transfer-Encoding": "chunked"}, 411),
-        ({"Content-Length": "abc"}, 400),
-        ({"Content-Length": "-1"}, 400),
-    ],
-)
-def test_http_requests_without_a_usable_content_length_are_refused(
-    otlp_receiver: OtlpReceiver, headers: dict[str, str], status: int
-) -> None:
+def post_exactly(
+    otlp_receiver: OtlpReceiver, headers: Mapping[str, str], body: bytes = b"", path: str = "/v1/traces"
+) -> tuple[int, bytes]:
+    """POST these headers (no Content-Length unless given) and body; return the status and reply body."""
     host, port = otlp_receiver.http_endpoint.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
-        connection.putrequest("POST", "/v1/traces", skip_accept_encoding=True)
-        connection.putheader("Content-Type", "application/x-protobuf")
+        connection.putrequest("POST", path, skip_accept_encoding=True)
         for name, value in headers.items():
             connection.putheader(name, value)
         connection.endheaders()
-        if "Transfer-Encoding" in headers:
-            connection.send(b"0\r\n\r\n")
-        assert connection.getresponse().status == status
+        connection.send(body)
+        response = connection.getresponse()
+        return response.status, response.read()
     finally:
         connection.close()
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status"),
+    [
+        ({"Transfer-Encoding": "chunked"}, b"0\r\n\r\n", 411),
+        ({"Content-Length": "abc"}, b"", 400),
+        ({"Content-Length": "-1"}, b"", 400),
+        ({"Content-Length": "\N{SUPERSCRIPT TWO}"}, b"", 400),  # a digit to str.isdigit, not to int()
+    ],
+)
+def test_http_requests_without_a_usable_content_length_are_refused(
+    otlp_receiver: OtlpReceiver, headers: dict[str, str], body: bytes, status: int
+) -> None:
+    protobuf_headers = {"Content-Type": "application/x-protobuf", **headers}
+    assert post_exactly(otlp_receiver, protobuf_headers, body)[0] == status
     assert otlp_receiver.raw_requests() == []
+
+
+def sized(headers: Mapping[str, str], body: bytes) -> dict[str, str]:
+    """``headers`` plus the Content-Length of ``body``."""
+    return {**headers, "Content-Length": str(len(body))}
+
+
+@pytest.mark.parametrize("length", [MAX_REQUEST_BYTES + 1, 10**20, 4 * 10**11])
+def test_http_bodies_announced_past_the_size_limit_get_413_unread(
+    otlp_receiver: OtlpReceiver, length: int
+) -> None:
+    headers = {"Content-Type": "application/x-protobuf", "Content-Length": str(length)}
+    status, reply = post_exactly(otlp_receiver, headers)  # no body: it would be refused unread
+    assert status == 413 and str(MAX_REQUEST_BYTES).encode() in reply
+    assert otlp_receiver.raw_requests() == []
+
+
+@pytest.mark.parametrize(("encoding", "compress"), [("gzip", gzip.compress), ("deflate", zlib.compress)])
+def test_http_bodies_decompressing_past_the_size_limit_get_413(
+    otlp_receiver: OtlpReceiver, encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    bomb = compress(bytes(MAX_REQUEST_BYTES + 1))  # about 20 KB
+    headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": encoding}
+    status, reply = post_exactly(otlp_receiver, sized(headers, bomb), bomb)
+    assert status == 413 and b"decompressed" in reply
+    assert otlp_receiver.raw_requests() == []
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("gzip", lambda body: gzip.compress(body[:10]) + gzip.compress(body[10:])),  # two members
+        ("identity", lambda body: body),
+    ],
+)
+def test_http_bodies_in_each_content_encoding_are_accepted(
+    otlp_receiver: OtlpReceiver, encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    body = compress(json_span_document("compressed"))
+    headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
+    assert post_exactly(otlp_receiver, sized(headers, body), body)[0] == 200
+    assert [span.name for span in otlp_receiver.spans()] == ["compressed"]
+    truncated = body[:-4]
+    assert post_exactly(otlp_receiver, sized(headers, truncated), truncated)[0] == 400
+
+
+def test_http_json_of_another_signal_and_unknown_encodings_are_refused(otlp_receiver: OtlpReceiver) -> None:
+    logs = json.dumps(
+        {"resourceLogs": [{"scopeLogs": [{"logRecords": [{"severityText": "INFO"}]}]}]}
+    ).encode()
+    status, reply = post_exactly(otlp_receiver, sized({"Content-Type": "application/json"}, logs), logs)
+    assert status == 400 and b"expected resourceSpans, got resourceLogs" in reply
+    body = json_span_document("brotli")
+    headers = {"Content-Type": "application/json", "Content-Encoding": "br"}
+    status, reply = post_exactly(otlp_receiver, sized(headers, body), body)
+    assert status == 415 and b"'br'" in reply
+    assert otlp_receiver.raw_requests() == []
+
+
+def test_empty_export_requests_are_accepted_written_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "otlp.jsonl"
+    with OtlpReceiver(json_path=path) as otlp_receiver:
+        with grpc.insecure_channel(otlp_receiver.grpc_endpoint.removeprefix("http://")) as channel:
+            stub = trace_service_pb2_grpc.TraceServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub.Export(trace_service_pb2.ExportTraceServiceRequest(), timeout=5)
+        status, _ = post_exactly(
+            otlp_receiver, sized({"Content-Type": "application/json"}, b"{}"), b"{}", "/v1/logs"
+        )
+        assert status == 200
+        traces, logs = otlp_receiver.raw_requests()  # typed by gRPC method and by HTTP route
+        assert isinstance(traces, trace_service_pb2.ExportTraceServiceRequest)
+        assert isinstance(logs, logs_service_pb2.ExportLogsServiceRequest)
+    assert path.read_text() == "{}\n{}\n"
+    loaded = load_otlp_json(path)
+    assert (loaded.spans, loaded.metric_points, loaded.logs) == ([], [], [])
+
+
+def test_load_otlp_json_splits_lines_at_newlines_only(tmp_path: Path) -> None:
+    name = "one\u2028two\u2029three\x85four"  # str.splitlines() splits at each; json.dumps keeps them raw
+    path = tmp_path / "raw-utf8.jsonl"
+    document = json.loads(json_span_document(name))
+    path.write_text(json.dumps(document, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert [span.name for span in load_otlp_json(path).spans] == [name]
+
+
+def test_a_failed_json_file_write_is_reported_once_and_receiving_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    unwritable = tmp_path  # a directory: opening it to append fails as a full disk would
+    with caplog.at_level(logging.WARNING, "kaos_otel"), OtlpReceiver(json_path=unwritable) as otlp_receiver:
+        exporters = (
+            GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True, timeout=5),
+            HttpSpanExporter(endpoint=f"{otlp_receiver.http_endpoint}/v1/traces", timeout=5),
+        )
+        try:
+            for exporter in exporters:
+                assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS
+        finally:
+            for exporter in exporters:
+                exporter.shutdown()
+        assert [span.name for span in otlp_receiver.spans()] == ["probe", "probe"]
+        assert isinstance(otlp_receiver.json_write_error, IsADirectoryError)
+    (warning,) = [record.getMessage() for record in caplog.records if record.name == "kaos_otel"]
+    assert f"cannot write {unwritable}" in warning and "kept in memory only" in warning
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_a_failed_start_leaves_no_port_bound() -> None:
+    grpc_port = free_port()
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        taken_http_port = blocker.getsockname()[1]
+        with pytest.raises(OSError, match="cannot listen for OTLP/HTTP"):
+            OtlpReceiver(grpc_port=grpc_port, http_port=taken_http_port).start()
+    with OtlpReceiver(grpc_port=grpc_port) as first:
+        assert first.grpc_endpoint.endswith(f":{grpc_port}")
+        http_port = free_port()
+        with pytest.raises(OSError, match="cannot listen for OTLP/gRPC"):
+            OtlpReceiver(grpc_port=grpc_port, http_port=http_port).start()
+        with OtlpReceiver(http_port=http_port) as second:
+            assert second.http_endpoint.endswith(f":{http_port}")
+
+
+@pytest.mark.parametrize(
+    ("cut", "error_when_terminated"),
+    [
+        (b'"name":"sp', ":2: not an OTLP/JSON export request"),  # mid-string
+        (b'"name":"caf\xc3', ": not an OTLP/JSON Lines file"),  # mid-character: binary once a line follows
+    ],
+)
+def test_load_otlp_json_skips_an_incomplete_last_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, cut: bytes, error_when_terminated: str
+) -> None:
+    whole = json_span_document("whole") + b"\n"
+    cut_short = whole[: whole.index(b'"name"')] + cut
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes(whole + cut_short)
+    with caplog.at_level(logging.WARNING, "kaos_otel"):
+        assert [span.name for span in load_otlp_json(path).spans] == ["whole"]
+    assert f"{path}:2: incomplete last line skipped" in caplog.text
+    for bad_file in (whole + cut_short + b"\n", whole + cut_short + b"\n" + whole):  # not the last line
+        path.write_bytes(bad_file)
+        with pytest.raises(ValueError, match=re.escape(f"{path}{error_when_terminated}")):
+            load_otlp_json(path)
+
+
+def test_a_stalled_http_client_is_disconnected_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(receiver_module, "_HTTP_IDLE_TIMEOUT_S", 0.1)
+    with OtlpReceiver() as otlp_receiver:
+        host, port = otlp_receiver.http_endpoint.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as client:
+            client.sendall(
+                b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                b"Content-Length: 100\r\n\r\n0123456789"  # 90 bytes short
+            )
+            assert client.recv(1024) == b""  # closed without an answer (and not after 10 s)
+        assert otlp_receiver.raw_requests() == []
+    assert "Traceback" not in capsys.readouterr().err
