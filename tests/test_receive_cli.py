@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -179,18 +180,25 @@ def test_receive_prints_each_trace_summarises_metrics_and_writes_a_file_traces_s
     assert "kaos.requests (counter, {request})" in shown
 
 
-def test_receive_draws_a_waterfall_and_stops_on_sigterm() -> None:
+@contextlib.contextmanager
+def _receive_process(*arguments: str) -> Iterator[tuple[subprocess.Popen[str], _Lines, str]]:
+    """``kaos-otel receive`` with ``arguments`` (no stdin), its stdout's lines once it listens, and
+    its OTLP endpoint; killed if it still runs at the end."""
     process = subprocess.Popen(
-        [*RECEIVE, "--settle", "0.3", "--no-color"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        text=True,
+        [*RECEIVE, *arguments], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
     lines = _Lines(process.stdout)
     try:
-        header = lines.until("export OTEL_EXPORTER_OTLP_ENDPOINT=")
-        endpoint = header.rsplit("=", 1)[1].strip()
+        endpoint = lines.until("export OTEL_EXPORTER_OTLP_ENDPOINT=").rsplit("=", 1)[1].strip()
+        yield process, lines, endpoint
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_receive_draws_a_waterfall_and_stops_on_sigterm() -> None:
+    with _receive_process("--settle", "0.3", "--no-color") as (process, lines, endpoint):
         trace_id = _run_agent(endpoint, "grpc")
         tree = lines.until("execute_tool search")
         assert f"trace {trace_id} (" in tree
@@ -199,26 +207,17 @@ def test_receive_draws_a_waterfall_and_stops_on_sigterm() -> None:
         process.send_signal(signal.SIGTERM)
         assert "kaos.requests" in lines.until("Received 4 spans")
         assert process.wait(timeout=10) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a file whose writes fail)")
 def test_receive_says_when_writing_its_out_file_failed() -> None:
     """A file whose writes fail (a full disk) does not stop the receiver, and its last line says
     the file is incomplete instead of naming it as written."""
-    process = subprocess.Popen(
-        [*RECEIVE, "--settle", "0.3", "--no-color", "--out", "/dev/full"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stdout is not None
-    lines = _Lines(process.stdout)
-    try:
-        endpoint = lines.until("export OTEL_EXPORTER_OTLP_ENDPOINT=").rsplit("=", 1)[1].strip()
+    with _receive_process("--settle", "0.3", "--no-color", "--out", "/dev/full") as (
+        process,
+        lines,
+        endpoint,
+    ):
         _run_agent(endpoint, "grpc")
         lines.until("execute_tool search")  # received and drawn all the same
         process.send_signal(signal.SIGTERM)
@@ -226,9 +225,6 @@ def test_receive_says_when_writing_its_out_file_failed() -> None:
         assert "writing /dev/full failed (No space left on device): the file is incomplete" in last, last
         assert "written to" not in last
         assert process.wait(timeout=10) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
 
 
 def test_receive_names_the_port_it_cannot_bind() -> None:
