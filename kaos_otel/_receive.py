@@ -254,15 +254,19 @@ def run_receive(options: ReceiveOptions, stdin: TextIO | None = None) -> int:
         printer.trace(trace)
     summary()
     totals = f"{counts['spans']} spans, {counts['points']} metric points, {counts['logs']} log records"
+    stopped: dict[str, Any] = {"event": "stopped", **counts}
     failed = receiver.json_write_error
     if options.out and failed is not None:
-        where = f"; writing {options.out} failed ({failed.strerror or failed}): the file is incomplete"
+        error = str(failed.strerror or failed)
+        stopped |= {"out": str(options.out), "out_error": error}
+        where = f"; writing {options.out} failed ({error}): the file is incomplete"
     elif options.out:
+        stopped["out"] = str(options.out)
         where = f"; written to {options.out} (kaos-otel traces show {options.out})"
     else:
         where = ""
-    printer.event({"event": "stopped", **counts}, f"Received {totals}{where}\n")
-    return 0
+    printer.event(stopped, f"Received {totals}{where}\n")
+    return 1 if failed is not None else 0  # the file asked for is incomplete
 
 
 def _announce(printer: _Printer, receiver: OtlpReceiver, options: ReceiveOptions) -> None:

@@ -281,7 +281,7 @@ def run_import(
     channels: Sequence[str] = (),
 ) -> Report:
     """Create (or, with ``replace``, update) every item; with ``dry_run`` only test them. What this
-    run created counts as existing: a title given twice is created once."""
+    run created (or, dry, would create) counts as existing: a title given twice is created once."""
     report = Report()
     dashboards = [i for i in items if i.kind == "dashboard"]
     rules = [i for i in items if i.kind == "rule"]
@@ -303,6 +303,7 @@ def run_import(
                         else "would create"
                     )
                     report.ok(f"dashboard {item.title!r}: {action} ({item.path.name})")
+                    existing_dashboards.setdefault(item.title, {"title": item.title})  # as the run would
                 elif found and not replace:
                     report.ok(
                         f"dashboard {item.title!r}: exists (id {found.get('id')}), skipped "
@@ -336,6 +337,7 @@ def run_import(
                             detail += f" ({result['message']})"
                     state = "exists" if found else "new"
                     report.ok(f"rule {item.title!r} ({state}): testRule passed{detail}")
+                    existing_rules.setdefault(item.title, {"alert": item.title})  # as the run would
                 elif found and not replace:
                     report.ok(
                         f"rule {item.title!r}: exists (id {found.get('id')}), skipped; --replace updates it"

@@ -133,15 +133,21 @@ def _bar(start: int, end: int, trace_start: int, trace_end: int) -> str:
     return "|" + "·" * first + "█" * (last - first) + "·" * (_BAR_WIDTH - last) + "|"
 
 
-_Entry: TypeAlias = "tuple[ReceivedSpan, str, bool, ReceivedSpan | None]"
+_Entry: TypeAlias = "tuple[ReceivedSpan, str, bool, ReceivedSpan | None, int]"
 """A span waiting to be drawn: the span, the prefix of its line, whether it is the last of its
-siblings, and its parent (``None`` for a root)."""
+siblings, its parent (``None`` for a root) and its depth (0 for a root)."""
+
+_MAX_INDENT = 48
+"""Levels indented at most: deeper spans keep that indentation and say their depth, so a trace
+thousands of spans deep draws in lines of bounded length (not in memory growing as its square)."""
 
 
-def _siblings(spans: list[ReceivedSpan], prefix: str, parent: ReceivedSpan | None) -> list[_Entry]:
+def _siblings(
+    spans: list[ReceivedSpan], prefix: str, parent: ReceivedSpan | None, depth: int
+) -> list[_Entry]:
     """Stack entries drawing ``spans`` in start order (the first is popped first)."""
     ordered = sorted(spans, key=_start_order, reverse=True)
-    return [(span, prefix, index == 0, parent) for index, span in enumerate(ordered)]
+    return [(span, prefix, index == 0, parent, depth) for index, span in enumerate(ordered)]
 
 
 class _Renderer:
@@ -195,10 +201,10 @@ class _Renderer:
     ) -> None:
         """Draw the spans depth first, siblings by start time. An explicit stack rather than
         recursion: a trace may be thousands of spans deep."""
-        stack = _siblings(roots, "", None)
+        stack = _siblings(roots, "", None, 0)
         while stack:
-            span, prefix, last, parent = stack.pop()
-            marks: list[str] = []
+            span, prefix, last, parent, depth = stack.pop()
+            marks = [f"(depth {depth})"] if depth > _MAX_INDENT else []
             if parent is None and span.parent_span_id is not None and span.parent_span_id not in ids:
                 marks.append("(parent missing)")
             if span.span_id in cycle_roots:
@@ -208,7 +214,8 @@ class _Renderer:
             self._span(span, prefix + ("└─ " if last else "├─ "), marks)
             inner = prefix + ("   " if last else "│  ")
             self._errors(span, inner)
-            stack.extend(_siblings(children.get(span.span_id, []), inner, span))
+            below = prefix if depth >= _MAX_INDENT else inner
+            stack.extend(_siblings(children.get(span.span_id, []), below, span, depth + 1))
 
     def _span(self, span: ReceivedSpan, lead: str, marks: list[str]) -> None:
         tier = span.attributes.get(catalog.KAOS_MEMORY_TIER)

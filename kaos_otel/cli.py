@@ -105,15 +105,26 @@ def _condition(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _positive_seconds(text: str) -> float:
-    """An ``argparse`` type: a finite number of seconds above 0 (NaN is not)."""
+def _seconds(text: str, *, zero: bool) -> float:
+    """A finite number of seconds above 0 (or from 0, with ``zero``), for ``argparse``; NaN is not."""
     try:
         seconds = float(text)
     except ValueError:
         seconds = math.nan
-    if not 0 < seconds < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    above_the_minimum = seconds >= 0 if zero else seconds > 0  # False for NaN
+    if not above_the_minimum or seconds == math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {'' if zero else 'positive '}number of seconds")
     return seconds
+
+
+def _positive_seconds(text: str) -> float:
+    """An ``argparse`` type: a finite number of seconds above 0."""
+    return _seconds(text, zero=False)
+
+
+def _seconds_from_zero(text: str) -> float:
+    """An ``argparse`` type: a finite number of seconds, 0 or more."""
+    return _seconds(text, zero=True)
 
 
 def _matches(spans: list[Any], conditions: list[tuple[str, str]]) -> bool:
@@ -314,7 +325,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     show.add_argument(
         "--min-duration",
-        type=_positive_seconds,
+        type=_seconds_from_zero,
         metavar="SECONDS",
         help="only traces whose request (root span) took at least this long",
     )

@@ -11,6 +11,8 @@ import base64
 import codecs
 import json
 import logging
+import os
+import re
 import threading
 import time
 import zlib
@@ -73,8 +75,14 @@ _JSON_KEYS: dict[str, type[Any]] = {
     "resourceSpans": trace_service_pb2.ExportTraceServiceRequest,
     "resourceMetrics": metrics_service_pb2.ExportMetricsServiceRequest,
     "resourceLogs": logs_service_pb2.ExportLogsServiceRequest,
+    # the protobuf JSON mapping also reads the fields' own names, as the collector does
+    "resource_spans": trace_service_pb2.ExportTraceServiceRequest,
+    "resource_metrics": metrics_service_pb2.ExportMetricsServiceRequest,
+    "resource_logs": logs_service_pb2.ExportLogsServiceRequest,
 }
-_JSON_KEY_OF: dict[type[Any], str] = {request_cls: key for key, request_cls in _JSON_KEYS.items()}
+_JSON_KEY_OF: dict[type[Any], str] = {
+    request_cls: key for key, request_cls in _JSON_KEYS.items() if "_" not in key
+}
 # The OpenTelemetry Collector's OTLP receiver default (confighttp max_request_body_size), applied
 # both to the body as sent and to the body once decompressed.
 _MAX_REQUEST_BYTES = 20 * 1024 * 1024
@@ -367,7 +375,7 @@ def parse_otlp_json(
         raise ValueError("not a JSON object")
     kinds = [key for key in _JSON_KEYS if key in document]
     if len(kinds) > 1:
-        raise ValueError(f"expected one of {sorted(_JSON_KEYS)}, got keys {sorted(document)}")
+        raise ValueError(f"expected one of {sorted(_JSON_KEY_OF.values())}, got keys {sorted(document)}")
     default_type = request_type or trace_service_pb2.ExportTraceServiceRequest
     message_type = _JSON_KEYS[kinds[0]] if kinds else default_type
     if request_type is not None and message_type is not request_type:
@@ -381,12 +389,26 @@ def parse_otlp_json(
     return result
 
 
+_PARTIAL_LAST_TOKEN = re.compile(r"(?:t(?:ru?)?|f(?:a(?:ls?)?)?|n(?:ul?)?|[-+.eE0-9]*)\s*")
+"""What may follow where JSON decoding of a line cut short stopped: a literal or number begun."""
+
+
+def _cut_short(line: str, error: ValueError) -> bool:
+    """Whether ``line`` failed to decode because it ends early (a write stopped mid-line), not
+    because it is damaged: the error is in a string left open or in the line's last token."""
+    if not isinstance(error, json.JSONDecodeError):
+        return False
+    return error.msg.startswith("Unterminated string") or bool(
+        _PARTIAL_LAST_TOKEN.fullmatch(line[error.pos :])
+    )
+
+
 def load_otlp_json(path: Path | str) -> ReceivedTelemetry:
     """Read an OTLP/JSON Lines file (one export request per line) into flattened telemetry.
 
     Raises ``OSError`` if the file cannot be read and ``ValueError`` naming the file (and line) if
-    it is binary or malformed. An unterminated last line that is not JSON (its writer stopped
-    mid-line) is skipped with a warning.
+    it is binary or malformed. A last line cut short (its writer stopped mid-line: it breaks off
+    in a string or in its last token) is skipped with a warning.
     """
     out = ReceivedTelemetry()
     raw = Path(path).read_bytes()
@@ -407,7 +429,7 @@ def load_otlp_json(path: Path | str) -> ReceivedTelemetry:
         try:
             request = parse_otlp_json(json.loads(line))
         except ValueError as exc:
-            if lineno == len(lines) and isinstance(exc, json.JSONDecodeError):  # a write cut short
+            if lineno == len(lines) and _cut_short(line, exc):  # its writer stopped mid-line
                 _log.warning("kaos-otel: %s:%d: incomplete last line skipped (%s)", path, lineno, exc)
                 continue
             raise ValueError(f"{path}:{lineno}: not an OTLP/JSON export request: {exc}") from exc
@@ -415,6 +437,13 @@ def load_otlp_json(path: Path | str) -> ReceivedTelemetry:
             raise ValueError(f"{path}:{lineno}: not an OTLP/JSON export request: nested too deeply") from None
         _flatten_into(request, out)
     return out
+
+
+def _ends_a_line(path: Path) -> bool:
+    """Whether the non-empty file ``path`` ends with a newline."""
+    with path.open("rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
 
 
 # --------------------------------------------------------------------------- servers
@@ -457,8 +486,9 @@ def _decompress(body: bytes, encoding: str) -> bytes:
             raise _RequestTooLarge(f"decompressed body exceeds {_MAX_REQUEST_BYTES} bytes")
         if not decompressor.eof:
             raise ValueError(f"{encoding} body cut short")
-        # gzip.decompress reads concatenated members; zlib.decompress ignores what follows the stream
-        pending = decompressor.unused_data if encoding == "gzip" else b""
+        # gzip.decompress reads concatenated members (and skips NUL padding after one); zlib.decompress
+        # ignores what follows the stream
+        pending = decompressor.unused_data.lstrip(b"\0") if encoding == "gzip" else b""
     return bytes(output)
 
 
@@ -570,6 +600,8 @@ class OtlpReceiver:
         ``host``: the IPv4 address both servers listen on (``0.0.0.0`` for every interface).
         """
         self._json_path = json_path
+        self._json_line_started = False
+        """Whether this receiver wrote to the JSON file yet (its first write may finish a partial line)."""
         self._wanted_ports = (grpc_port, http_port)
         self._host = host
         self._on_receive = on_receive
@@ -715,6 +747,10 @@ class OtlpReceiver:
         """
         try:
             with path.open("a", encoding="utf-8") as fh:
+                if not self._json_line_started:  # after a line an earlier writer left unfinished
+                    self._json_line_started = True
+                    if fh.tell() and not _ends_a_line(path):
+                        fh.write("\n")
                 fh.write(to_otlp_json(request) + "\n")
         except OSError as exc:
             self._json_write_error = exc

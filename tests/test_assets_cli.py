@@ -193,16 +193,19 @@ SHOW = ["traces", "show", "telemetry.jsonl"]
         (IMPORT, "--timeout", "0"),
         (SHOW, "--min-duration", "nan"),
         (SHOW, "--min-duration", "inf"),
+        (SHOW, "--min-duration", "-1"),
     ],
 )
-def test_a_number_of_seconds_must_be_positive(
+def test_a_number_of_seconds_must_be_a_finite_one(
     command: list[str], option: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A usage error (exit status 2) before anything runs, not a traceback or a filter matching nothing."""
+    """A usage error (exit status 2) before anything runs, not a traceback or a filter matching
+    nothing: a timeout above 0, a minimum duration from 0 (``--min-duration 0``: every trace)."""
     with pytest.raises(SystemExit) as exited:
         kaos_otel_main([*command, option, value])
     assert exited.value.code == 2
-    assert f"argument {option}: {value!r} is not a positive number of seconds" in capsys.readouterr().err
+    kind = "positive number" if option == "--timeout" else "number"
+    assert f"argument {option}: {value!r} is not a {kind} of seconds" in capsys.readouterr().err
 
 
 @pytest.mark.fast
@@ -216,6 +219,12 @@ def test_dashboards_import_creates_a_title_given_twice_once(capsys: pytest.Captu
         ("POST", "/api/v1/rules"),
     ]
     assert capsys.readouterr().out.count("skipped") == 2
+
+    fake = FakeSigNoz()  # a dry run says what the run would do
+    assert _run_import(fake, "--dry-run", *twice) == 0
+    said = capsys.readouterr().out
+    assert (said.count("would create"), said.count("exists, would skip")) == (1, 1)
+    assert (said.count("(new): testRule passed"), said.count("(exists): testRule passed")) == (1, 1)
 
     fake = FakeSigNoz()
     assert _run_import(fake, "--replace", *twice) == 0

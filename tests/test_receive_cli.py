@@ -170,7 +170,7 @@ def test_receive_prints_each_trace_summarises_metrics_and_writes_a_file_traces_s
     process.send_signal(signal.SIGINT)
     assert lines.next_json("metrics")["series"]
     stopped = lines.next_json("stopped")
-    assert stopped["spans"] == 4
+    assert (stopped["spans"], stopped["out"], "out_error" in stopped) == (4, str(out), False)
     assert process.wait(timeout=10) == 0
 
     assert kaos_otel_main(["traces", "show", str(out), "--no-color"]) == 0
@@ -190,7 +190,10 @@ def _receive_process(*arguments: str) -> Iterator[tuple[subprocess.Popen[str], _
     assert process.stdout is not None
     lines = _Lines(process.stdout)
     try:
-        endpoint = lines.until("export OTEL_EXPORTER_OTLP_ENDPOINT=").rsplit("=", 1)[1].strip()
+        if "--json" in arguments:
+            endpoint = lines.next_json("listening")["grpc_endpoint"]
+        else:
+            endpoint = lines.until("export OTEL_EXPORTER_OTLP_ENDPOINT=").rsplit("=", 1)[1].strip()
         yield process, lines, endpoint
     finally:
         if process.poll() is None:
@@ -210,21 +213,26 @@ def test_receive_draws_a_waterfall_and_stops_on_sigterm() -> None:
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a file whose writes fail)")
-def test_receive_says_when_writing_its_out_file_failed() -> None:
-    """A file whose writes fail (a full disk) does not stop the receiver, and its last line says
-    the file is incomplete instead of naming it as written."""
-    with _receive_process("--settle", "0.3", "--no-color", "--out", "/dev/full") as (
-        process,
-        lines,
-        endpoint,
-    ):
+@pytest.mark.parametrize("json_lines", [False, True])
+def test_receive_says_when_writing_its_out_file_failed(json_lines: bool) -> None:
+    """A file whose writes fail (a full disk) does not stop the receiver; its last line (or the
+    ``stopped`` event's ``out_error``) says the file is incomplete, and it exits 1."""
+    mode = ["--json"] if json_lines else ["--no-color"]
+    with _receive_process("--settle", "0.3", *mode, "--out", "/dev/full") as (process, lines, endpoint):
         _run_agent(endpoint, "grpc")
-        lines.until("execute_tool search")  # received and drawn all the same
+        if json_lines:
+            assert lines.next_json("trace")["spans"]  # received all the same
+        else:
+            lines.until("execute_tool search")  # received and drawn all the same
         process.send_signal(signal.SIGTERM)
-        last = lines.until("Received 4 spans")
-        assert "writing /dev/full failed (No space left on device): the file is incomplete" in last, last
-        assert "written to" not in last
-        assert process.wait(timeout=10) == 0
+        if json_lines:
+            stopped = lines.next_json("stopped")
+            assert (stopped["out"], stopped["out_error"]) == ("/dev/full", "No space left on device")
+        else:
+            last = lines.until("Received 4 spans")
+            assert "writing /dev/full failed (No space left on device): the file is incomplete" in last
+            assert "written to" not in last
+        assert process.wait(timeout=10) == 1  # the file asked for is incomplete
 
 
 def test_receive_names_the_port_it_cannot_bind() -> None:
@@ -432,7 +440,10 @@ def test_a_trace_deeper_than_the_recursion_limit_is_drawn() -> None:
     chain = [_span("t1", f"s{i}", f"s{i - 1}" if i else None, i, depth) for i in range(depth)]
     header, *lines = render_trace_trees(chain).splitlines()
     assert header.startswith("trace t1 (") and len(lines) == depth
-    assert lines[-1] == "   " * (depth - 1) + f"└─ svc  op-s{depth - 1}  0.0 ms  UNSET"
+    # indented 48 levels at most, deeper spans saying their depth: lines of bounded length
+    assert lines[48] == "   " * 48 + "└─ svc  op-s48  0.0 ms  UNSET"
+    assert lines[-1] == "   " * 48 + f"└─ svc  op-s{depth - 1}  0.0 ms  UNSET  (depth {depth - 1})"
+    assert max(len(line) for line in lines) < 200
 
 
 @pytest.mark.fast

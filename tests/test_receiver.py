@@ -426,6 +426,7 @@ def test_http_bodies_decompressing_past_the_size_limit_get_413(
         ("gzip", gzip.compress),
         ("deflate", zlib.compress),
         ("gzip", lambda body: gzip.compress(body[:10]) + gzip.compress(body[10:])),  # two members
+        ("gzip", lambda body: gzip.compress(body) + b"\0\0"),  # NUL padding, as gzip.decompress reads
         ("identity", lambda body: body),
     ],
 )
@@ -446,6 +447,9 @@ def test_http_json_of_another_signal_and_unknown_encodings_are_refused(otlp_rece
     ).encode()
     status, reply = post_exactly(otlp_receiver, sized({"Content-Type": "application/json"}, logs), logs)
     assert status == 400 and b"expected resourceSpans, got resourceLogs" in reply
+    snake = json.dumps({"resource_metrics": [{"scope_metrics": []}]}).encode()  # the fields' own names
+    status, reply = post_exactly(otlp_receiver, sized({"Content-Type": "application/json"}, snake), snake)
+    assert status == 400 and b"expected resourceSpans, got resource_metrics" in reply
     body = json_span_document("brotli")
     headers = {"Content-Type": "application/json", "Content-Encoding": "br"}
     status, reply = post_exactly(otlp_receiver, sized(headers, body), body)
@@ -546,6 +550,32 @@ def test_load_otlp_json_skips_an_incomplete_last_line(
         path.write_bytes(bad_file)
         with pytest.raises(ValueError, match=re.escape(f"{path}{error_when_terminated}")):
             load_otlp_json(path)
+
+
+def test_a_last_line_damaged_in_its_middle_is_an_error_not_skipped(tmp_path: Path) -> None:
+    whole = json_span_document("whole") + b"\n"
+    damaged = whole.replace(b'"name":', b'"name"', 1).rstrip(b"\n")  # full length, no newline
+    path = tmp_path / "damaged.jsonl"
+    path.write_bytes(whole + damaged)
+    with pytest.raises(ValueError, match=re.escape(f"{path}:2: not an OTLP/JSON export request")):
+        load_otlp_json(path)
+
+
+def test_a_receiver_appending_to_a_file_cut_short_starts_a_new_line(tmp_path: Path) -> None:
+    """An earlier writer killed mid-line leaves a partial last line: the next receiver writing to
+    the file starts on a new line, so only that partial line is lost (skipped when read)."""
+    whole = json_span_document("before") + b"\n"
+    path = tmp_path / "appended.jsonl"
+    path.write_bytes(whole + whole[:40])
+    with OtlpReceiver(json_path=path) as otlp_receiver:
+        body = json_span_document("after")
+        headers = {"Content-Type": "application/json"}
+        assert post_exactly(otlp_receiver, sized(headers, body), body)[0] == 200
+        assert post_exactly(otlp_receiver, sized(headers, body), body)[0] == 200
+    with pytest.raises(ValueError, match=":2: not an OTLP/JSON export request"):  # the partial line
+        load_otlp_json(path)
+    lines = path.read_bytes().split(b"\n")
+    assert lines[1] == whole[:40] and [json.loads(line) for line in lines[2:4]] == [json.loads(body)] * 2
 
 
 def test_a_stalled_http_client_is_disconnected_quietly(
