@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -10,6 +11,15 @@ from kaos_otel._secrets import mask_message
 
 _log = logging.getLogger("kaos_otel")
 _lock = threading.Lock()
+
+
+def _new_lock() -> None:
+    """In a forked child: the parent's lock may have been held by a thread the child does not have."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock)
 _last_logged: dict[str, float] = {}
 _INTERVAL_S = 60.0
 

@@ -151,10 +151,19 @@ class KaosLoggingHandler(logging.Handler):
             return to_log_value(record.msg, self._policy)
         return record.getMessage()
 
+    def _attribute(self, value: object) -> AnyValue:
+        """An ``extra=`` value as a log attribute: text capped now (a huge string must not sit whole
+        in the queue; it is redacted on the export thread), integers as OTLP carries them (64 bits,
+        text beyond), other values converted by :func:`to_log_value`."""
+        if isinstance(value, str):
+            return self._policy.bound_size(value)
+        if isinstance(value, bool | float):
+            return value
+        return to_log_value(value, self._policy)
+
     def _translate(self, record: logging.LogRecord, body: AnyValue) -> LogRecord:
         attributes: dict[str, AnyValue] = {
-            # integers too: to_log_value keeps those OTLP carries (64 bits) and makes text of others
-            key: value if isinstance(value, str | bool | float) else to_log_value(value, self._policy)
+            key: self._attribute(value)
             for key, value in vars(record).items()
             if key not in _STANDARD_RECORD_FIELDS
         }

@@ -20,10 +20,11 @@ from opentelemetry.util.types import Attributes
 
 from kaos_otel import catalog
 from kaos_otel._config import name_set
-from kaos_otel._internal_log import log_once
+from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._secrets import Redactor, default_redactor
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
+from kaos_otel.exporters.pipeline import in_forked_children
 
 METER_NAME = "kaos_otel"
 
@@ -142,6 +143,11 @@ class LabelBounds:
         self._lock = threading.Lock()
         self._known: dict[str, set[str]] = {}
         self._seen: dict[str, set[str]] = {}
+        in_forked_children(self._new_lock)
+
+    def _new_lock(self) -> None:
+        """In a forked child: the parent's lock may have been held by a thread the child does not have."""
+        self._lock = threading.Lock()
 
     def register(self, key: str, names: Iterable[str]) -> None:
         """Declare names that are legitimate values of ``key``: from now on, only these (and names
@@ -169,7 +175,12 @@ class LabelBounds:
             return catalog.OVERFLOW_VALUE
         if known is None and (len(value) > 128 or not _NAMED_BY_CODE.get(key, _NAME).fullmatch(value)):
             return catalog.OVERFLOW_VALUE
-        if self._redactor(value) != value:  # a secret: checked once per distinct value, never kept
+        try:  # a secret: checked once per distinct value, never kept
+            secret = self._redactor(value) != value
+        except Exception as exc:  # the app's redactor failed: nothing it could not check is kept
+            internal_error("checking a label value for secrets", exc)
+            return catalog.OVERFLOW_VALUE
+        if secret:
             return catalog.OVERFLOW_VALUE
         with self._lock:
             known = self._known.get(key)  # again: register() may have run since the check above

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from opentelemetry import _logs, trace
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -133,15 +134,11 @@ def test_another_meters_label_values_are_masked_when_the_manager_exports_them(
 ) -> None:
     """With ``export_other_metrics`` (and under the distro, which sets it), the app's own meters
     reach the manager's metric exporter: their label values, and the resource, are cleaned too."""
-    otel = make_otel(
-        environ={"OTEL_RESOURCE_ATTRIBUTES": f"openai.key={SECRET}"}, export_other_metrics=True
-    )
+    otel = make_otel(environ={"OTEL_RESOURCE_ATTRIBUTES": f"openai.key={SECRET}"}, export_other_metrics=True)
     orders = otel.meter_provider.get_meter("shop").create_counter("shop.db.queries")
     orders.add(1, {"db.url": f"postgres://app:{CREDENTIAL}@db/app", "auth": f"Bearer {SECRET}"})
     assert otel.force_flush(10)
-    assert otlp_receiver.wait_for(
-        lambda r: any(p.name == "shop.db.queries" for p in r.metric_points()), 10
-    )
+    assert otlp_receiver.wait_for(lambda r: any(p.name == "shop.db.queries" for p in r.metric_points()), 10)
     (point,) = [p for p in otlp_receiver.metric_points() if p.name == "shop.db.queries"]
     assert point.attributes == {"db.url": f"postgres://{REDACTED}@db/app", "auth": f"Bearer {REDACTED}"}
     payload = b"".join(request.SerializeToString() for request in otlp_receiver.raw_requests())
@@ -232,6 +229,37 @@ def test_structured_log_attributes_are_cleaned_item_by_item_and_capped() -> None
     assert huge["k"].endswith("...[truncated 4999936 chars]")
     wide = policy.clean_attribute("wide", {str(i): i for i in range(10_000)})
     assert isinstance(wide, str) and len(wide) == 64
+
+
+class _Queued(LogRecordProcessor):
+    """The log records as they are handed to the export queue (before any export-side cleaning)."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def on_emit(self, log_data: Any) -> None:
+        self.records.append(log_data.log_record)
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_a_huge_extra_string_is_capped_before_it_is_queued(make_otel: MakeOtel) -> None:
+    """A log record waits in the queue for the export thread, which cleans it: a 1 MB ``extra=``
+    string must not wait there whole (1,000 such records held a gigabyte with the collector down)."""
+    otel = make_otel()
+    queued = _Queued()
+    provider = otel.logger_provider
+    assert isinstance(provider, LoggerProvider)
+    provider.add_log_record_processor(queued)
+    logging.getLogger("test.huge").warning("big", extra={"app.blob": "y" * 1_000_000, "app.small": "z"})
+    (record,) = [r for r in queued.records if r.body == "big"]
+    limit = otel.content_policy.max_text_length
+    assert len(record.attributes["app.blob"]) <= limit + 256  # the cap and its marker
+    assert record.attributes["app.small"] == "z"
 
 
 def test_a_value_the_cap_cuts_is_cleaned_before_the_cut(

@@ -10,9 +10,10 @@ dropped.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -417,6 +418,34 @@ def test_an_agent_or_model_name_of_a_few_words_is_a_name_and_free_text_is_not() 
         assert bounds.bound(catalog.GEN_AI_AGENT_NAME, text) == catalog.OVERFLOW_VALUE
     for key in (catalog.GEN_AI_TOOL_NAME, catalog.KAOS_DELEGATION_TARGET):
         assert bounds.bound(key, "my password is hunter2x") == catalog.OVERFLOW_VALUE
+
+
+def test_a_redactor_that_raises_fails_no_call_and_keeps_no_label(
+    make_otel: Callable[..., KaosOtelManager], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The app's own redactor checks each new label value on the request's thread: when it
+    raises (here on the names of the agents, the tool and the model), the value is not kept (it
+    could not be checked) and the call goes on."""
+    names = {"planner", "researcher", "web_search", "gpt-4o-mini"}
+
+    def failing(text: str) -> str:
+        if text in names:
+            raise ValueError("the app's scrubber failed")
+        return text
+
+    bounds = LabelBounds(redactor=failing)
+    assert bounds.bound(catalog.GEN_AI_TOOL_NAME, "web_search") == catalog.OVERFLOW_VALUE
+    otel = make_otel(redactor=failing)
+    with (
+        caplog.at_level(logging.WARNING, "kaos_otel"),
+        otel.invoke_agent("planner") as run,
+        otel.agent_step(run),
+        otel.tool_call("planner", "web_search"),
+        otel.delegation("planner", "researcher"),
+        otel.model_call("planner", "gpt-4o-mini"),
+    ):
+        pass
+    assert "checking a label value for secrets failed (ValueError" in caplog.text
 
 
 def test_a_value_kept_before_names_are_registered_is_not_kept_after() -> None:

@@ -89,6 +89,38 @@ def run_python(code: str, env: dict[str, str], timeout: float = 60) -> subproces
 # --- a forked process ------------------------------------------------------------------------------
 
 
+def test_a_child_forked_while_a_label_or_diagnostics_lock_is_held_can_take_it() -> None:
+    """A thread holding the label bounds' lock or the diagnostics' lock as the process forks
+    leaves it held in the child, where no thread will release it: the child gets new ones (else
+    its first new tool name, or its first diagnostic, waits for ever)."""
+    result = run_python(
+        """
+        import os, time
+        from kaos_otel import LabelBounds, catalog
+        from kaos_otel import _internal_log
+
+        bounds = LabelBounds()
+        with bounds._lock, _internal_log._lock:  # as another thread would hold them
+            pid = os.fork()
+            if pid == 0:
+                named = bounds.bound(catalog.GEN_AI_TOOL_NAME, "web_search")
+                _internal_log.log_once("child", "kaos-otel: a child's diagnostic")
+                print("CHILD", named, flush=True)
+                os._exit(0)
+        deadline = time.monotonic() + 20
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                print("CHILD HUNG", flush=True)
+                break
+            time.sleep(0.05)
+        """,
+        clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["CHILD web_search"], result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_process_forked_right_after_the_manager_exports_its_own_spans(
     protocol: str, otlp_receiver: OtlpReceiver
