@@ -39,6 +39,7 @@ from instrumented_agent.memory import (
     RelationalStore,
     Turn,
 )
+from instrumented_agent.memory.relational import Compaction, Summariser
 from instrumented_agent.memory.service import summarise
 from instrumented_agent.server import TRACE_ID_HEADER
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
@@ -330,6 +331,67 @@ def test_a_turn_appended_during_a_compaction_is_folded_later(postgres: PostgresC
 
 
 # --- long-term tier (real mem0, offline) ---------------------------------------------------------
+async def test_a_window_another_request_compacted_records_its_size_now(
+    make_otel: Callable[..., KaosOtelManager], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A compaction that finds its turns folded by another request's records the window as it now
+    is, not its size before that compaction (which was over the budget)."""
+    otel = _otel(make_otel)
+    recorded: list[int] = []
+    monkeypatch.setattr(otel, "record_window_tokens", lambda agent, tokens: recorded.append(tokens))
+    store = RelationalStore(f"sqlite:///{tmp_path / 'memory.db'}")
+    memory = MemoryService("summariser", otel, store, window_tokens=40)
+    await memory.start()
+    owner = memory.owner("carol", "s1")
+    compact = store.compact
+
+    def another_request_compacts_first(
+        owner: Owner, budget: int, summariser: Summariser
+    ) -> Compaction | None:
+        compact(owner, budget, summarise)
+        return compact(owner, budget, summariser)  # nothing left to fold: None
+
+    monkeypatch.setattr(store, "compact", another_request_compacts_first)
+    await memory.remember(owner, [Turn("user", "hello " + "word " * 30), Turn("assistant", "ok " * 8)])
+    await memory.aclose()
+    assert recorded == [store.window_tokens(owner)] and recorded[0] <= memory.window_tokens
+
+
+async def test_a_request_cancelled_while_its_compaction_runs_still_counts_and_extracts_it(
+    make_otel: Callable[..., KaosOtelManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compaction's thread commits whatever happens to the request (a run timeout cancels
+    it): the compaction is counted and its turns still reach the long-term tier."""
+    otel = _otel(make_otel)
+    compactions: list[object] = []
+    monkeypatch.setattr(otel, "record_compaction", lambda agent, outcome: compactions.append(outcome))
+    long_term = LongTermMemory(otel, "http://127.0.0.1:9/v1")  # no LLM call: facts stored verbatim
+    store = RelationalStore("sqlite://")
+    memory = MemoryService("librarian", otel, store, long_term, window_tokens=30)
+    await memory.start()
+    owner = memory.owner("dave", "s1")
+    compacting = threading.Event()
+    compact = store.compact
+
+    def slow_compact(owner: Owner, budget: int, summariser: Summariser) -> Compaction | None:
+        compacting.set()
+        time.sleep(0.3)  # a database another writer holds
+        return compact(owner, budget, summariser)
+
+    monkeypatch.setattr(store, "compact", slow_compact)
+    turns = [Turn("user", "dave lives in Oslo " + "word " * 30), Turn("assistant", "noted " * 8)]
+    request = asyncio.create_task(memory.remember(owner, turns))
+    while not compacting.is_set():
+        await asyncio.sleep(0.01)
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    await memory.drain()
+    assert compactions == ["success"]
+    assert any("dave lives in Oslo" in fact for fact in long_term.all(owner, MemoryScope.AGENT))
+    await memory.aclose()
+
+
 async def test_background_extraction_records_lag_and_forget_fans_out(
     make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,21 @@ def test_tables_another_process_created_meanwhile_are_taken_as_they_are(tmp_path
     assert store.count_turns(OWNER, MemoryScope.SESSION) == 1
     store.dispose()
     other.dispose()
+
+
+def test_threads_writing_to_in_memory_sqlite_at_once_lose_no_turn() -> None:
+    """In-memory SQLite is one connection every thread shares: its calls take turns (two
+    transactions on it at once committed or rolled back each other's turns, silently)."""
+    store = RelationalStore("sqlite://")
+    store.ensure_schema()
+    owners = [Owner("librarian", f"user-{i}", "s1") for i in range(8)]
+
+    def converse(owner: Owner) -> None:
+        for turn in range(6):
+            store.append(owner, [Turn("user", f"turn {turn}"), Turn("assistant", "ok")])
+            store.window(owner, MemoryScope.SESSION, 10)
+
+    with ThreadPoolExecutor(len(owners)) as pool:
+        list(pool.map(converse, owners))
+    assert [store.count_turns(owner, MemoryScope.SESSION) for owner in owners] == [12] * len(owners)
+    store.dispose()

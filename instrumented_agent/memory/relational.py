@@ -12,7 +12,9 @@ Methods are synchronous (run them in a thread); every filter comes from
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,7 +131,8 @@ def _engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         options["connect_args"] = {"check_same_thread": False, "timeout": 10}
         if parsed.database in (None, "", ":memory:"):
-            options["poolclass"] = StaticPool
+            # no reconnecting: a new connection would be a new, empty database
+            options |= {"poolclass": StaticPool, "pool_pre_ping": False}
         else:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     elif parsed.get_backend_name() == "postgresql":
@@ -156,18 +159,35 @@ class RelationalStore:
         self.provider = backend
         self.store_id = f"{backend}:{self._engine.url.database or 'memory'}"
         self._schema_ready = False
+        # In-memory SQLite is one connection every thread shares: one call at a time uses it (two
+        # transactions on it at once commit or roll back each other's writes).
+        shared = isinstance(self._engine.pool, StaticPool)
+        self._one_at_a_time: AbstractContextManager[Any] = threading.Lock() if shared else nullcontext()
 
     def ensure_schema(self) -> None:
         """Create the tables if they do not exist (once per process, retried after a failure)."""
         if self._schema_ready:
             return
-        for table in metadata.sorted_tables:
-            try:
-                table.create(self._engine, checkfirst=True)
-            except DatabaseError:  # another process sharing the database may have created it first
-                if not inspect(self._engine).has_table(table.name):
-                    raise
+        with self._one_at_a_time:
+            for table in metadata.sorted_tables:
+                try:
+                    table.create(self._engine, checkfirst=True)
+                except DatabaseError:  # another process sharing the database may have created it first
+                    if not inspect(self._engine).has_table(table.name):
+                        raise
         self._schema_ready = True
+
+    @contextmanager
+    def _connection(self, *, transaction: bool = False) -> Iterator[Connection]:
+        """A connection, in a transaction (committed at the end) when asked."""
+        with self._one_at_a_time, self._engine.begin() if transaction else self._engine.connect() as conn:
+            yield conn
+
+    def window_tokens(self, owner: Owner) -> int:
+        """The session's window size (tokens of the turns not folded into a summary)."""
+        self.ensure_schema()
+        with self._connection() as conn:
+            return self._window_tokens(conn, owner)
 
     def dispose(self) -> None:
         """Close every pooled connection."""
@@ -176,7 +196,7 @@ class RelationalStore:
     def append(self, owner: Owner, new_turns: Sequence[Turn]) -> int:
         """Append turns to the session; returns the window size (tokens) after the append."""
         self.ensure_schema()
-        with self._engine.begin() as conn:
+        with self._connection(transaction=True) as conn:
             conn.execute(
                 turns.insert(),
                 [
@@ -204,7 +224,7 @@ class RelationalStore:
             .order_by(turns.c.id.desc())
             .limit(limit)
         )
-        with self._engine.connect() as conn:
+        with self._connection() as conn:
             rows = conn.execute(query).all()
         return [Turn(row.role, row.content) for row in reversed(rows)]
 
@@ -232,7 +252,7 @@ class RelationalStore:
             .order_by(summaries.c.id.desc())
             .limit(limit)
         )
-        with self._engine.connect() as conn:
+        with self._connection() as conn:
             return [Summary(r.session_id, r.version, r.content) for r in conn.execute(query)]
 
     def summary_versions(self, owner: Owner) -> list[Summary]:
@@ -243,7 +263,7 @@ class RelationalStore:
             .where(scope_clause(summaries, MemoryScope.SESSION, owner))
             .order_by(summaries.c.version)
         )
-        with self._engine.connect() as conn:
+        with self._connection() as conn:
             return [Summary(r.session_id, r.version, r.content) for r in conn.execute(query)]
 
     def compact(self, owner: Owner, budget: int, summarise: Summariser) -> Compaction | None:
@@ -261,7 +281,7 @@ class RelationalStore:
 
     def _compact(self, owner: Owner, budget: int, summarise: Summariser) -> Compaction | None:
         session = scope_clause(turns, MemoryScope.SESSION, owner)
-        with self._engine.begin() as conn:
+        with self._connection(transaction=True) as conn:
             # The previous version first, then the turns not folded yet: a compaction committed
             # in between is caught by the version's unique key, never folded into this one again.
             previous = conn.execute(
@@ -311,7 +331,7 @@ class RelationalStore:
     def count_turns(self, owner: Owner, scope: MemoryScope) -> int:
         """How many raw turns (folded or not) ``scope`` holds."""
         self.ensure_schema()
-        with self._engine.connect() as conn:
+        with self._connection() as conn:
             count: int = conn.execute(
                 select(func.count()).select_from(turns).where(scope_clause(turns, scope, owner))
             ).scalar_one()
@@ -319,7 +339,7 @@ class RelationalStore:
 
     def _delete(self, table: Table, owner: Owner, scope: MemoryScope) -> int:
         self.ensure_schema()
-        with self._engine.begin() as conn:
+        with self._connection(transaction=True) as conn:
             return conn.execute(delete(table).where(scope_clause(table, scope, owner))).rowcount
 
     @staticmethod

@@ -18,11 +18,11 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from instrumented_agent.faults import FaultSwitch
 from instrumented_agent.limits import cap_turn
@@ -181,7 +181,7 @@ class MemoryService:
         self.relational.dispose()
 
     async def drain(self) -> None:
-        """Wait until every background extraction started so far has finished."""
+        """Wait until every background compaction and extraction started so far has finished."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
@@ -232,8 +232,11 @@ class MemoryService:
         if window is None:
             return False
         if window > self.window_tokens:
-            window = await self._compact(owner, window)
-        self._otel.record_window_tokens(self.agent, window)
+            # Its thread commits whatever happens to this request: its metrics and the extraction
+            # it starts must follow even if the request is cancelled meanwhile (a timeout).
+            await asyncio.shield(self._in_background(self._compact(owner, window)))
+        else:
+            self._otel.record_window_tokens(self.agent, window)
         return True
 
     async def forget(self, owner: Owner, scope: MemoryScope) -> Forgotten:
@@ -269,8 +272,9 @@ class MemoryService:
             forgotten.degraded.append(MemoryTier.LONG_TERM.value)
         return forgotten
 
-    async def _compact(self, owner: Owner, window: int) -> int:
-        """Fold older turns into a new summary version; start their extraction in the background."""
+    async def _compact(self, owner: Owner, window: int) -> None:
+        """Fold older turns into a new summary version, record the window's size after it, and
+        start the folded turns' extraction in the background."""
         store, budget = self.relational, self.window_tokens
         with self._operation(MemoryTier.MEDIUM_TERM, "create_memory", MemoryScope.SESSION, owner) as op:
             compaction = await self._in_thread(
@@ -285,13 +289,18 @@ class MemoryService:
         if compaction is not None or outcome is not Outcome.SUCCESS:  # a compaction that failed counts
             self._otel.record_compaction(self.agent, outcome)
         if compaction is None:
-            return window
+            if outcome is Outcome.SUCCESS:  # another request's compaction folded the turns: its size now
+                window = await self._in_thread(
+                    "window size", None, window, lambda: store.window_tokens(owner)
+                )
+            self._otel.record_window_tokens(self.agent, window)
+            return
+        self._otel.record_window_tokens(self.agent, compaction.window_tokens)
         _log.info("compacted %d turns into summary version %d", len(compaction.folded), compaction.version)
         if self.long_term is not None:
             self._extract_later(self.long_term, owner, compaction)
         elif self._long_term_configured:
             _log.warning("long-term extraction skipped: long-term memory did not load")
-        return compaction.window_tokens
 
     def _extract_later(self, long_term: LongTermMemory, owner: Owner, compaction: Compaction) -> None:
         """Extract the folded user turns as facts in a background task; records the extraction lag."""
@@ -305,9 +314,15 @@ class MemoryService:
             outcome = Outcome.DEGRADED if stored is None else Outcome.SUCCESS
             self._otel.record_extraction_lag(self.agent, time.perf_counter() - compacted_at, outcome)
 
-        task = create_background_task(extract())  # in the request's trace, under its run
+        self._in_background(extract())
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``work`` as a task of this service (:meth:`drain` waits for it), in the request's
+        trace, under its run."""
+        task = create_background_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def _with_faults(self, call: Callable[[], T]) -> Callable[[], T]:
         """A relational call, subject to the demo's memory faults when a fault switch is set.
