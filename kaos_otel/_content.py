@@ -27,6 +27,7 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AnyValue, AttributeValue
 
 from kaos_otel._config import DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT, ContentCapture, content_from_env
+from kaos_otel._internal_log import internal_error
 from kaos_otel._secrets import (
     REDACTED,
     SECRET_KEY_NAME,
@@ -61,6 +62,7 @@ def sdk_value_limit(cap: int) -> int:
     margin and one more character, so that the export layer still sees a secret the cap cuts
     through (the SDK cuts without masking), and knows a value of that length was cut."""
     return cap + REDACTION_MARGIN + 1
+
 
 _Key = TypeVar("_Key")
 _Value = TypeVar("_Value")
@@ -412,8 +414,10 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
 
     A container is walked only as far as its JSON text can be kept (:class:`_BoundedWalk`): a
     long conversation history costs what the cap keeps, not its whole size."""
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, float)):
         return value
+    if isinstance(value, int):
+        return _exportable_int(value)
     if isinstance(value, str):
         return policy.bound_size(value, policy.max_value_length)
     if not isinstance(value, _WALKED) or _made_text(value, policy.max_value_length):
@@ -435,6 +439,11 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
         return _BoundedWalk(policy).json_text(value, 0)
     except Exception:  # any value must become an attribute: never raise into the caller
         return policy.bound_size(safe_str(value), policy.max_value_length)
+
+
+def _exportable_int(value: int) -> int | str:
+    """``value`` if OTLP can carry it (64 bits), else its text."""
+    return value if -(2**63) <= value < 2**63 else safe_str(value)
 
 
 def to_log_value(value: object, policy: ContentPolicy) -> AnyValue:
@@ -519,7 +528,7 @@ class _BoundedWalk:
             return item
         if isinstance(item, int):
             if room is None:
-                return item if -(2**63) <= item < 2**63 else safe_str(item)  # OTLP: 64-bit integers
+                return _exportable_int(item)
             if item.bit_length() <= _MAX_JSON_INT_BITS:  # a JSON number, as json.dumps writes it
                 self._take(room, int(item.bit_length() * 0.30103) + 3)  # its digits, sign, separator
                 return item
@@ -701,8 +710,12 @@ def safe_str(value: object) -> str:
 def to_attributes(
     attributes: Mapping[str, object] | None, policy: ContentPolicy
 ) -> dict[str, AttributeValue]:
-    """Convert a mapping of arbitrary values into exportable attributes (``None`` values dropped)."""
+    """Convert a mapping of arbitrary values into exportable attributes (``None`` values dropped);
+    a value that is not a mapping is logged and gives none."""
     if not attributes:
+        return {}
+    if type(attributes) is not dict and not isinstance(attributes, Mapping):
+        internal_error("span attributes", TypeError(f"not attributes: a {type(attributes).__qualname__}"))
         return {}
     limit = policy.max_value_length
     converted: dict[str, AttributeValue] = {}
@@ -710,8 +723,10 @@ def to_attributes(
         # Plain strings and numbers, nearly every value on the request path, take no function call.
         if type(value) is str:
             converted[str(key)] = value if len(value) <= limit else policy.bound_size(value, limit)
-        elif type(value) is int or type(value) is float or type(value) is bool:
-            converted[str(key)] = value
+        elif (
+            type(value) is float or type(value) is bool or (type(value) is int and -(2**63) <= value < 2**63)
+        ):
+            converted[str(key)] = value  # a larger integer: text, by to_attribute_value
         elif type(value) is tuple and value and _short_texts(value, limit):  # finish reasons...
             converted[str(key)] = value  # what to_attribute_value would rebuild, item by item
         elif value is not None:

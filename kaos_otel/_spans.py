@@ -35,12 +35,20 @@ from typing import Any, Self, TypeVar, cast
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+)
 from opentelemetry.util.types import AttributeValue
 
 from kaos_otel import catalog
-from kaos_otel._config import enum_member
-from kaos_otel._content import ContentPolicy, to_attribute_value, to_attributes
+from kaos_otel._content import ContentPolicy, safe_str, to_attribute_value, to_attributes
 from kaos_otel._internal_log import internal_error
 from kaos_otel.catalog import Outcome
 
@@ -48,6 +56,7 @@ _MARK_KEY = otel_context.create_key("kaos_otel.span_mark")
 _END_LOCK = threading.Lock()
 _ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
 _OVERRIDDEN_BY_EXCEPTION = frozenset({None, Outcome.SUCCESS, Outcome.DEGRADED})
+_OUTCOME_VALUES = frozenset(member.value for member in Outcome)
 
 F = TypeVar("F", bound=Callable[..., Any])
 EndCallback = Callable[["SpanHandle", float], None]
@@ -199,8 +208,14 @@ class SpanHandle:
             self.set_attribute(key, value)
 
     def set_outcome(self, outcome: Outcome | str, error_type: str | None = None) -> None:
-        """Record how the operation ended when it was not by an exception (e.g. ``max_steps``)."""
-        outcome = enum_member(Outcome, outcome, Outcome.SUCCESS, "set_outcome")
+        """Record how the operation ended when it was not by an exception (e.g. ``max_steps``); a
+        value naming no outcome (in any case) is logged and the outcome so far kept."""
+        if not isinstance(outcome, Outcome):
+            text = safe_str(outcome).strip().lower()
+            if text not in _OUTCOME_VALUES:
+                internal_error("set_outcome", ValueError(f"not an outcome: {text[:80]!r}"))
+                return
+            outcome = Outcome(text)
         self._outcome = outcome
         if error_type is not None:
             self._error_type = error_type
@@ -334,6 +349,43 @@ def live_context(ctx: Context) -> Context:
     return ctx
 
 
+def _span_kind(kind: object) -> SpanKind:
+    """``kind`` as a :class:`SpanKind`: a member's name in any case (``"client"``) names it,
+    anything else is logged and taken as ``INTERNAL``."""
+    if isinstance(kind, str) and kind.strip().upper() in SpanKind.__members__:
+        return SpanKind[kind.strip().upper()]
+    internal_error("span kind", TypeError(f"not a span kind: {safe_str(kind)[:80]!r}"))
+    return SpanKind.INTERNAL
+
+
+def _usable_links(links: object) -> list[Link]:
+    """The links to give the tracer: a span context becomes a link, anything else that is not a
+    link is logged and left out."""
+    if not isinstance(links, Sequence) or isinstance(links, str):
+        internal_error("span links", TypeError(f"not a sequence of links: a {type(links).__qualname__}"))
+        return []
+    usable: list[Link] = []
+    for link in links:
+        if isinstance(link, Link):
+            usable.append(link)
+        elif isinstance(link, SpanContext):
+            usable.append(Link(link))
+        else:
+            internal_error("span links", TypeError(f"not a link: a {type(link).__qualname__}"))
+    return usable
+
+
+def _parent_context(parent: object, current: Context) -> Context:
+    """The context a ``parent`` that is not a :class:`Context` stands for: a handle's context, a
+    span's own; anything else is logged and ``current`` used."""
+    if isinstance(parent, SpanHandle):
+        return parent.context
+    if isinstance(parent, Span):
+        return trace.set_span_in_context(parent)
+    internal_error("span parent", TypeError(f"not a context: a {type(parent).__qualname__}"))
+    return current
+
+
 def _left_current_mark(ctx: Context) -> _SpanMark | None:
     """The mark of ``ctx``'s current span if that span was left current (ended elsewhere, or out
     of order); ``None`` when another library's span begun under it is current."""
@@ -382,6 +434,10 @@ class SpanFactory:
         Should the tracer raise (a span processor's ``on_start``), the handle holds a non-recording
         span in the parent's place, so the caller's code and its children carry on.
         """
+        if type(kind) is not SpanKind:
+            kind = _span_kind(kind)
+        if links is not None:
+            links = _usable_links(links)
         try:
             span = self._tracer.start_span(
                 name,
@@ -408,7 +464,12 @@ class SpanFactory:
     ) -> SpanHandle:
         """Start a span and make it current until it ends, then restore the context current now."""
         previous = live_context(otel_context.get_current())
-        parent_context = previous if parent is None else parent
+        if parent is None:
+            parent_context = previous
+        elif isinstance(parent, Context):
+            parent_context = parent
+        else:
+            parent_context = _parent_context(parent, previous)
         handle = self._start(name, kind, attributes, links, parent_context, on_end, handle_type, previous)
         behind = previous.get(_MARK_KEY)
         mark = handle._mark

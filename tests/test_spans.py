@@ -18,6 +18,7 @@ import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from opentelemetry import context as otel_context
@@ -1088,3 +1089,101 @@ def test_a_disabled_managers_handles_offer_every_public_field_of_the_real_ones(m
             assert public and {name: type(getattr(noop, name)) for name in public} == {
                 name: type(getattr(real, name)) for name in public
             }
+
+
+# --- input that is not what the signature says: logged, replaced, the span kept -----------------
+
+
+def test_a_span_kind_given_by_name_is_that_kind_and_the_batch_still_exports(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    with otel.span("good"):
+        pass
+    for name, kind in [("client", "client"), ("server", " SERVER "), ("unknown", "bogus"), ("number", 3)]:
+        otel.span_success(otel.span_begin(name, kind=kind))  # type: ignore[arg-type]
+    spans = collect(otel, otlp_receiver, 5)  # one wrong kind used to lose the whole batch
+    kinds = {name: one(spans, name).kind for name in spans}
+    expected = {"good": "INTERNAL", "client": "CLIENT", "server": "SERVER", "unknown": "INTERNAL"}
+    assert kinds == {**expected, "number": "INTERNAL"}
+
+
+def test_a_parent_given_as_a_handle_or_a_span_is_taken_as_its_context(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    with otel.span("outer") as outer:
+        run = otel.span_begin("run")
+        otel.span_success(run)
+        with otel.span("under-handle", parent=run):  # type: ignore[arg-type]
+            assert current_name() == "under-handle"
+        with otel.span("under-span", parent=run.span):  # type: ignore[arg-type]
+            pass
+        with otel.span("under-nothing", parent=object()):  # type: ignore[arg-type]
+            pass
+        assert current_name() == "outer"
+    spans = collect(otel, otlp_receiver, 5)
+    assert one(spans, "under-handle").parent_span_id == span_id(run)
+    assert one(spans, "under-span").parent_span_id == span_id(run)
+    assert one(spans, "under-nothing").parent_span_id == span_id(outer)  # the current context
+
+
+async def test_attributes_that_are_no_mapping_and_links_that_are_no_links_are_left_out(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    pairs: Any = [("a", 1)]  # not a mapping
+    linked = otel.span_begin("linked")
+    otel.span_success(linked)
+    links: Any = [linked.span.get_span_context(), "x"]  # a span context, and no link at all
+    begun = otel.span_begin("begun", attributes=pairs, links=links)
+    begun.set_attributes(pairs)
+    begun.add_event("event", pairs)
+    otel.span_success(begun)
+    no_links: Any = "not links"
+    with otel.span("scoped", attributes=pairs, links=no_links):
+        pass
+
+    @otel.traced("decorated", attributes=pairs)
+    async def decorated() -> int:
+        return 1
+
+    assert await decorated() == 1
+    spans = collect(otel, otlp_receiver, 4)
+    received = one(spans, "begun")
+    assert received.trace_id  # recorded, not replaced by a non-recording span
+    assert [(link.trace_id, link.span_id) for link in received.links] == [
+        (one(spans, "linked").trace_id, span_id(linked))
+    ]
+    assert [event.name for event in received.events] == ["event"]
+    assert all("a" not in one(spans, name).attributes for name in ("begun", "scoped", "decorated"))
+
+
+def test_set_outcome_reads_any_case_and_keeps_the_outcome_for_a_value_naming_none(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    with otel.span("capitalised") as capitalised:
+        capitalised.set_outcome("Error")
+    with otel.span("typo") as typo:
+        typo.set_outcome("degraded", "BackendDown")
+        typo.set_outcome("bogus")
+        assert typo.outcome == "degraded"
+    spans = collect(otel, otlp_receiver, 2)
+    errored = one(spans, "capitalised")
+    assert (errored.attributes["kaos.outcome"], errored.attributes["error.type"]) == ("error", "error")
+    assert errored.status_code == "ERROR"
+    kept = one(spans, "typo")
+    assert (kept.attributes["kaos.outcome"], kept.attributes["error.type"]) == ("degraded", "BackendDown")
+
+
+def test_integers_beyond_64_bits_are_exported_as_text(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+    with otel.span("big", attributes={"given": 2**70, "small": 2**63 - 1}) as span:
+        span.set_attribute("set", -(2**63) - 1)
+        span.add_event("event", {"in_event": 2**64})
+    received = one(collect(otel, otlp_receiver, 1), "big")
+    assert received.attributes == {"given": str(2**70), "small": 2**63 - 1, "set": str(-(2**63) - 1)}
+    assert received.events[0].attributes == {"in_event": str(2**64)}
