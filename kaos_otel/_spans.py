@@ -349,6 +349,13 @@ def live_context(ctx: Context) -> Context:
     return ctx
 
 
+def _is_async_callable_object(fn: object) -> bool:
+    """Whether ``fn`` is an instance whose ``__call__`` is a coroutine function (which
+    :func:`inspect.iscoroutinefunction` does not say of the instance)."""
+    call = inspect.getattr_static(type(fn), "__call__", None)
+    return not isinstance(fn, type) and inspect.iscoroutinefunction(call)
+
+
 def _span_kind(kind: object) -> SpanKind:
     """``kind`` as a :class:`SpanKind`: a member's name in any case (``"client"``) names it,
     anything else is logged and taken as ``INTERNAL``."""
@@ -496,7 +503,7 @@ class SpanFactory:
                 return cast(F, self._wrap_async_generator(fn, span_name, kind, attributes))
             if inspect.isgeneratorfunction(fn):
                 return cast(F, self._wrap_generator(fn, span_name, kind, attributes))
-            if inspect.iscoroutinefunction(fn):
+            if inspect.iscoroutinefunction(fn) or _is_async_callable_object(fn):
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -523,8 +530,8 @@ class SpanFactory:
     ) -> Callable[..., Generator[Any, Any, Any]]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            generator = fn(*args, **kwargs)  # first: arguments it refuses start no span
             handle = self.start(name, kind=kind, attributes=attributes)
-            generator = fn(*args, **kwargs)
             to_send: Any = None
             to_throw: BaseException | None = None
             # the generator's own context between steps: a span it opened before a yield is
@@ -569,8 +576,8 @@ class SpanFactory:
     ) -> Callable[..., AsyncGenerator[Any, Any]]:
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            generator = fn(*args, **kwargs)  # first: arguments it refuses start no span
             handle = self.start(name, kind=kind, attributes=attributes)
-            generator = fn(*args, **kwargs)
             to_send: Any = None
             to_throw: BaseException | None = None
             inside = handle.context  # as in _wrap_generator

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind
 
 from kaos_otel import (
@@ -910,6 +911,62 @@ def test_a_function_bound_to_the_context_runs_concurrently_and_leaves_nothing_be
     spans = collect(otel, otlp_receiver, 6)
     request = one(spans, "request")
     assert all(one(spans, f"work {index}").parent_span_id == request.span_id for index in range(5))
+
+
+class _StartedNames(SpanProcessor):
+    """Names the spans started, as they start."""
+
+    def __init__(self, started: list[str]) -> None:
+        self.started = started
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.started.append(span.name)
+
+
+async def test_a_traced_generator_given_arguments_it_refuses_starts_no_span(make_otel: MakeOtel) -> None:
+    """The arguments are bound before the span starts: refused (a TypeError at the first step, as
+    the wrapper is a generator function itself), they leave no span open for ever."""
+    otel = make_otel()
+    started: list[str] = []
+    provider = otel.tracer_provider
+    assert isinstance(provider, TracerProvider)
+    provider.add_span_processor(_StartedNames(started))
+
+    @otel.traced("numbers")
+    def numbers(n: int) -> Iterator[int]:
+        yield from range(n)
+
+    @otel.traced("async-numbers")
+    async def async_numbers(n: int) -> AsyncIterator[int]:
+        yield n
+
+    with pytest.raises(TypeError):
+        next(numbers(1, 2))  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        await anext(async_numbers(1, 2))  # type: ignore[call-arg]
+    assert started == []
+    assert list(numbers(2)) == [0, 1] and started == ["numbers"]
+
+
+async def test_an_object_with_an_async_call_is_traced_while_it_runs(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """``inspect.iscoroutinefunction`` says no of an instance whose ``__call__`` is async: traced
+    as a plain function, its span ended when the coroutine was returned, before the work ran."""
+    otel = make_otel()
+
+    class ModelCall:
+        async def __call__(self, prompt: str) -> str:
+            with otel.span("inside"):
+                await asyncio.sleep(0)
+            raise RuntimeError(f"no answer to {prompt}")
+
+    traced = otel.traced("model")(ModelCall())
+    with pytest.raises(RuntimeError, match="no answer to hi"):
+        await traced("hi")
+    spans = collect(otel, otlp_receiver, 2)
+    model = one(spans, "model")
+    assert model.status_code == "ERROR" and one(spans, "inside").parent_span_id == model.span_id
 
 
 def test_bare_decorator_traces_and_disabled_decorator_keeps_behaviour(
