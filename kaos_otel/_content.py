@@ -720,17 +720,19 @@ def to_attributes(
     limit = policy.max_value_length
     converted: dict[str, AttributeValue] = {}
     for key, value in attributes.items():
+        if type(key) is not str:  # its text, which never raises (an object whose str() fails)
+            key = safe_str(key)
         # Plain strings and numbers, nearly every value on the request path, take no function call.
         if type(value) is str:
-            converted[str(key)] = value if len(value) <= limit else policy.bound_size(value, limit)
+            converted[key] = value if len(value) <= limit else policy.bound_size(value, limit)
         elif (
             type(value) is float or type(value) is bool or (type(value) is int and -(2**63) <= value < 2**63)
         ):
-            converted[str(key)] = value  # a larger integer: text, by to_attribute_value
+            converted[key] = value  # a larger integer: text, by to_attribute_value
         elif type(value) is tuple and value and _short_texts(value, limit):  # finish reasons...
-            converted[str(key)] = value  # what to_attribute_value would rebuild, item by item
+            converted[key] = value  # what to_attribute_value would rebuild, item by item
         elif value is not None:
-            converted[str(key)] = to_attribute_value(value, policy)
+            converted[key] = to_attribute_value(value, policy)
     return converted
 
 

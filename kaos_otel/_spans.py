@@ -218,7 +218,7 @@ class SpanHandle:
             outcome = Outcome(text)
         self._outcome = outcome
         if error_type is not None:
-            self._error_type = error_type
+            self._error_type = error_type if type(error_type) is str else safe_str(error_type)
         elif outcome in _ERROR_OUTCOMES and self._error_type is None:
             self._error_type = outcome.value
 
@@ -244,13 +244,15 @@ class SpanHandle:
         if not self._claim_end():
             return
         canceled = isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt | SystemExit)
+        # an exception class given for an exception names itself (the class of a class is "type")
+        named = exc.__qualname__ if isinstance(exc, type) else type(exc).__qualname__
         if self._outcome in _OVERRIDDEN_BY_EXCEPTION:
             # An exception ending the operation outranks success or an earlier degradation.
             self._outcome = Outcome.CANCELED if canceled else Outcome.ERROR
-            self._error_type = type(exc).__qualname__
+            self._error_type = named
         elif self._error_type is None:
-            self._error_type = type(exc).__qualname__
-        if not canceled:
+            self._error_type = named
+        if not canceled and isinstance(exc, BaseException):
             try:
                 self.record_exception(exc)
             except Exception as internal:

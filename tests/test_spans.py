@@ -913,6 +913,29 @@ def test_a_function_bound_to_the_context_runs_concurrently_and_leaves_nothing_be
     assert all(one(spans, f"work {index}").parent_span_id == request.span_id for index in range(5))
 
 
+def test_an_exception_class_an_error_type_and_a_key_that_are_not_what_they_should_be(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """An exception class given for an exception names itself as ``error.type`` (not ``type``),
+    an ``error_type`` that is not text is made text, and an attribute key whose ``str()`` raises
+    does not fail the call."""
+
+    class BadKey:
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    otel = make_otel()
+    failed = otel.span_begin("failed")
+    otel.span_failure(failed, ValueError)  # type: ignore[arg-type]
+    with otel.span("degraded") as degraded:
+        degraded.set_outcome("degraded", error_type=503)  # type: ignore[arg-type]
+        degraded.set_attributes({BadKey(): 1, "kept": 2})  # type: ignore[dict-item]
+    spans = collect(otel, otlp_receiver, 2)
+    assert one(spans, "failed").attributes[catalog.ERROR_TYPE] == "ValueError"
+    kept = one(spans, "degraded").attributes
+    assert kept[catalog.ERROR_TYPE] == "503" and kept["kept"] == 2
+
+
 class _StartedNames(SpanProcessor):
     """Names the spans started, as they start."""
 
