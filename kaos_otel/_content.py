@@ -430,6 +430,8 @@ def to_attribute_value(value: object, policy: ContentPolicy) -> AttributeValue:
         and sum(isinstance(item, str) and len(item) > policy.max_value_length for item in value) <= _MAX_SCANS
     ):
         kinds = {type(item) for item in value}
+        if kinds == {int} and any(_exportable_int(item) is not item for item in value):
+            return tuple(safe_str(item) for item in value)  # an integer beyond 64 bits: all as text
         if len(kinds) <= 1:
             return tuple(
                 policy.bound_size(item, policy.max_value_length) if isinstance(item, str) else item
@@ -712,10 +714,12 @@ def to_attributes(
 ) -> dict[str, AttributeValue]:
     """Convert a mapping of arbitrary values into exportable attributes (``None`` values dropped);
     a value that is not a mapping is logged and gives none."""
-    if not attributes:
+    if attributes is None:
         return {}
-    if type(attributes) is not dict and not isinstance(attributes, Mapping):
+    if type(attributes) is not dict and not isinstance(attributes, Mapping):  # before its truth (an array's)
         internal_error("span attributes", TypeError(f"not attributes: a {type(attributes).__qualname__}"))
+        return {}
+    if not attributes:
         return {}
     limit = policy.max_value_length
     converted: dict[str, AttributeValue] = {}

@@ -156,7 +156,7 @@ class KaosLoggingHandler(logging.Handler):
         in the queue; it is redacted on the export thread), integers as OTLP carries them (64 bits,
         text beyond), other values converted by :func:`to_log_value`."""
         if isinstance(value, str):
-            return self._policy.bound_size(value)
+            return self._policy.bound_size(value, self._policy.max_value_length)
         if isinstance(value, bool | float):
             return value
         return to_log_value(value, self._policy)

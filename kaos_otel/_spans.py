@@ -28,7 +28,7 @@ import functools
 import inspect
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
 
@@ -370,8 +370,8 @@ def _span_kind(kind: object) -> SpanKind:
 def _usable_links(links: object) -> list[Link]:
     """The links to give the tracer: a span context becomes a link, anything else that is not a
     link is logged and left out."""
-    if not isinstance(links, Sequence) or isinstance(links, str):
-        internal_error("span links", TypeError(f"not a sequence of links: a {type(links).__qualname__}"))
+    if not isinstance(links, Iterable) or isinstance(links, str | bytes | Mapping):
+        internal_error("span links", TypeError(f"not links: a {type(links).__qualname__}"))
         return []
     usable: list[Link] = []
     for link in links:
@@ -452,7 +452,7 @@ class SpanFactory:
                 name,
                 context=parent_context,
                 kind=kind,
-                attributes=to_attributes(attributes, self._policy) if attributes else None,
+                attributes=to_attributes(attributes, self._policy) if attributes is not None else None,
                 links=links,
             )
         except Exception as exc:

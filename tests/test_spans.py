@@ -1224,12 +1224,23 @@ async def test_attributes_that_are_no_mapping_and_links_that_are_no_links_are_le
     with otel.span("scoped", attributes=pairs, links=no_links):
         pass
 
+    class Ambiguous:  # as a numpy array: its truth raises
+        def __bool__(self) -> bool:
+            raise ValueError("the truth value of an array is ambiguous")
+
+    ambiguous: Any = Ambiguous()
+    generated: Any = (link for link in [links[0]])  # an iterable, not a sequence
+    with otel.span("array", attributes=ambiguous, links=generated) as array:
+        array.set_attributes(ambiguous)
+        array.add_event("event", ambiguous)
+
     @otel.traced("decorated", attributes=pairs)
     async def decorated() -> int:
         return 1
 
     assert await decorated() == 1
-    spans = collect(otel, otlp_receiver, 4)
+    spans = collect(otel, otlp_receiver, 5)
+    assert len(one(spans, "array").links) == 1  # links given as any iterable
     received = one(spans, "begun")
     assert received.trace_id  # recorded, not replaced by a non-recording span
     assert [(link.trace_id, link.span_id) for link in received.links] == [
@@ -1264,6 +1275,12 @@ def test_integers_beyond_64_bits_are_exported_as_text(
     with otel.span("big", attributes={"given": 2**70, "small": 2**63 - 1}) as span:
         span.set_attribute("set", -(2**63) - 1)
         span.add_event("event", {"in_event": 2**64})
+        span.set_attribute("listed", [1, 2**70])  # a list holding one: every item as text
     received = one(collect(otel, otlp_receiver, 1), "big")
-    assert received.attributes == {"given": str(2**70), "small": 2**63 - 1, "set": str(-(2**63) - 1)}
+    assert received.attributes == {
+        "given": str(2**70),
+        "small": 2**63 - 1,
+        "set": str(-(2**63) - 1),
+        "listed": ("1", str(2**70)),
+    }
     assert received.events[0].attributes == {"in_event": str(2**64)}
