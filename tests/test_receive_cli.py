@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import os
+import pty
 import queue
 import signal
 import socket
@@ -212,11 +213,10 @@ def test_receive_draws_a_waterfall_and_stops_on_sigterm() -> None:
         assert process.wait(timeout=10) == 0
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a file whose writes fail)")
 @pytest.mark.parametrize("json_lines", [False, True])
 def test_receive_says_when_writing_its_out_file_failed(json_lines: bool) -> None:
-    """A file whose writes fail (a full disk) does not stop the receiver; its last line (or the
-    ``stopped`` event's ``out_error``) says the file is incomplete, and it exits 1."""
+    """A file whose writes fail (``/dev/full``, as a full disk) does not stop the receiver; its last
+    line (or the ``stopped`` event's ``out_error``) says the file is incomplete, and it exits 1."""
     mode = ["--json"] if json_lines else ["--no-color"]
     with _receive_process("--settle", "0.3", *mode, "--out", "/dev/full") as (process, lines, endpoint):
         _run_agent(endpoint, "grpc")
@@ -558,12 +558,8 @@ the background (``kaos-otel receive &``); SIGINT and SIGUSR1 are passed on to it
 
 @pytest.fixture
 def terminal() -> Iterator[tuple[int, int]]:
-    """A pseudo-terminal: its controller's and its device's file descriptors."""
-    pty = pytest.importorskip("pty")
-    try:
-        controller, device = pty.openpty()
-    except OSError as exc:
-        pytest.skip(f"no pseudo-terminal: {exc}")
+    """A pseudo-terminal: its controller's and its device's file descriptors (Linux has them)."""
+    controller, device = pty.openpty()
     try:
         yield controller, device
     finally:
