@@ -6,20 +6,36 @@ import logging
 import os
 import threading
 import time
+import weakref
 
 from kaos_otel._secrets import mask_message
 
 _log = logging.getLogger("kaos_otel")
-_lock = threading.Lock()
 
 
-def _new_lock() -> None:
-    """In a forked child: the parent's lock may have been held by a thread the child does not have."""
-    global _lock
-    _lock = threading.Lock()
+class ForkSafeLock:
+    """A lock that a forked child gets free: the thread that held it in the parent is not in the
+    child, and would never release it there. Use it with ``with``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        reference = weakref.ref(self)
+
+        def renew_in_child() -> None:
+            alive = reference()
+            if alive is not None:
+                alive._lock = threading.Lock()
+
+        os.register_at_fork(after_in_child=renew_in_child)
+
+    def __enter__(self) -> bool:
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
-os.register_at_fork(after_in_child=_new_lock)
+_lock = ForkSafeLock()
 _last_logged: dict[str, float] = {}
 _INTERVAL_S = 60.0
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from opentelemetry._logs import LoggerProvider, LogRecord, SeverityNumber
 from opentelemetry.util.types import AnyValue
 
 from kaos_otel._content import ContentPolicy, remember, to_log_value
-from kaos_otel._internal_log import internal_error, log_once
+from kaos_otel._internal_log import ForkSafeLock, internal_error, log_once
 
 CONTENT_LOGGERS: tuple[str, ...] = ("mem0", "mcp")
 """Loggers whose records contain user content: mem0 logs memory text, mcp tool arguments, tool
@@ -224,18 +223,9 @@ def _first_of_only_bridges(record: logging.LogRecord) -> KaosLoggingHandler | No
     return first
 
 
-_kept_lock = threading.Lock()
+_kept_lock = ForkSafeLock()
 """Never held while calling into logging (whose module lock a handler factory in ``dictConfig``
 holds while it creates a manager, which takes this one)."""
-
-
-def _new_kept_lock() -> None:
-    """A forked child gets a free lock, whatever thread held it in the parent."""
-    global _kept_lock
-    _kept_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_kept_lock)
 _kept: list[logging.Handler] = []
 """The bridges kept on the root logger (one per manager that bridges logging)."""
 _wrapped: list[tuple[object, str, Callable[..., Any], Callable[..., Any]]] = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Iterable
 
 from opentelemetry.metrics import Counter, Histogram, Meter, MeterProvider, NoOpMeter
@@ -20,11 +19,10 @@ from opentelemetry.util.types import Attributes
 
 from kaos_otel import catalog
 from kaos_otel._config import name_set
-from kaos_otel._internal_log import internal_error, log_once
+from kaos_otel._internal_log import ForkSafeLock, internal_error, log_once
 from kaos_otel._secrets import Redactor, default_redactor
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
-from kaos_otel.exporters.pipeline import in_forked_children
 
 METER_NAME = "kaos_otel"
 
@@ -140,14 +138,9 @@ class LabelBounds:
     def __init__(self, cap: int = catalog.LABEL_VALUE_CAP, redactor: Redactor = default_redactor) -> None:
         self._cap = cap
         self._redactor = redactor
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._known: dict[str, set[str]] = {}
         self._seen: dict[str, set[str]] = {}
-        in_forked_children(self._new_lock)
-
-    def _new_lock(self) -> None:
-        """In a forked child: the parent's lock may have been held by a thread the child does not have."""
-        self._lock = threading.Lock()
 
     def register(self, key: str, names: Iterable[str]) -> None:
         """Declare names that are legitimate values of ``key``: from now on, only these (and names

@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 
 from kaos_otel._config import OtlpProtocol, TelemetrySettings
 from kaos_otel._content import ContentPolicy, sdk_value_limit
-from kaos_otel._internal_log import internal_error, log_once
+from kaos_otel._internal_log import ForkSafeLock, internal_error, log_once
 from kaos_otel._logs import KaosLoggingHandler, bridge_level_from_env, keep_on_root, release_bridges_to
 from kaos_otel._metrics import CatalogMeterProvider, metric_views
 from kaos_otel.exporters import (
@@ -112,18 +112,11 @@ _LossAccount = tuple[TelemetryHealth, list["SpanBatchProcessor | LogBatchProcess
 _BUILT: weakref.WeakKeyDictionary[Any, _LossAccount] = weakref.WeakKeyDictionary()
 """Providers a pipeline built (the host's are never shut down by kaos-otel), with the loss
 account of that pipeline: the manager that stops them may be another one."""
-_USERS_LOCK = threading.Lock()
+_USERS_LOCK = ForkSafeLock()
 """Guards the counts, and marks the providers a shutdown stops in the same step as its count
 reaches 0. Held for dictionary updates only: never across imports, exporters or logging."""
 
 
-def _new_users_lock() -> None:
-    """A forked child gets a free lock, whatever thread held it in the parent."""
-    global _USERS_LOCK
-    _USERS_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_users_lock)
 _SHUT_DOWN_PROVIDERS: weakref.WeakSet[Any] = weakref.WeakSet()
 """Providers a pipeline shut down. The global ones stay installed (OpenTelemetry's API cannot
 replace them), so a later manager must not adopt them: it would export nothing."""
