@@ -243,9 +243,10 @@ class SpanHandle:
         unset, as OpenTelemetry's ``use_span`` records no exception that is not an ``Exception``)."""
         if not self._claim_end():
             return
-        canceled = isinstance(exc, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt | SystemExit)
-        # an exception class given for an exception names itself (the class of a class is "type")
-        named = exc.__qualname__ if isinstance(exc, type) else type(exc).__qualname__
+        # an exception class given for an exception stands for it (the class of a class is "type")
+        kind = exc if isinstance(exc, type) else type(exc)
+        canceled = issubclass(kind, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt | SystemExit)
+        named = kind.__qualname__
         if self._outcome in _OVERRIDDEN_BY_EXCEPTION:
             # An exception ending the operation outranks success or an earlier degradation.
             self._outcome = Outcome.CANCELED if canceled else Outcome.ERROR

@@ -916,7 +916,8 @@ def test_a_function_bound_to_the_context_runs_concurrently_and_leaves_nothing_be
 def test_an_exception_class_an_error_type_and_a_key_that_are_not_what_they_should_be(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:
-    """An exception class given for an exception names itself as ``error.type`` (not ``type``),
+    """An exception class given for an exception names itself as ``error.type`` (not ``type``)
+    and a cancellation's class ends the span canceled,
     an ``error_type`` that is not text is made text, and an attribute key whose ``str()`` raises
     does not fail the call."""
 
@@ -927,11 +928,17 @@ def test_an_exception_class_an_error_type_and_a_key_that_are_not_what_they_shoul
     otel = make_otel()
     failed = otel.span_begin("failed")
     otel.span_failure(failed, ValueError)  # type: ignore[arg-type]
+    cancelled = otel.span_begin("cancelled")
+    otel.span_failure(cancelled, asyncio.CancelledError)  # type: ignore[arg-type]
     with otel.span("degraded") as degraded:
         degraded.set_outcome("degraded", error_type=503)  # type: ignore[arg-type]
         degraded.set_attributes({BadKey(): 1, "kept": 2})  # type: ignore[dict-item]
-    spans = collect(otel, otlp_receiver, 2)
+    spans = collect(otel, otlp_receiver, 3)
     assert one(spans, "failed").attributes[catalog.ERROR_TYPE] == "ValueError"
+    # a cancellation's class ends the span as the cancellation would: canceled, status unset
+    ended = one(spans, "cancelled")
+    assert ended.attributes[catalog.KAOS_OUTCOME] == "canceled"
+    assert ended.attributes[catalog.ERROR_TYPE] == "CancelledError" and ended.status_code == "UNSET"
     kept = one(spans, "degraded").attributes
     assert kept[catalog.ERROR_TYPE] == "503" and kept["kept"] == 2
 
