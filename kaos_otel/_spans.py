@@ -353,10 +353,11 @@ def live_context(ctx: Context) -> Context:
 
 
 def _is_async_callable_object(fn: object) -> bool:
-    """Whether ``fn`` is an instance whose ``__call__`` is a coroutine function (which
-    :func:`inspect.iscoroutinefunction` does not say of the instance)."""
-    call = inspect.getattr_static(type(fn), "__call__", None)
-    return not isinstance(fn, type) and inspect.iscoroutinefunction(call)
+    """Whether ``fn`` is an object (a class too) whose type's ``__call__`` is a coroutine function,
+    or a partial of one: :func:`inspect.iscoroutinefunction` says neither."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(inspect.getattr_static(type(fn), "__call__", None))
 
 
 def _span_kind(kind: object) -> SpanKind:

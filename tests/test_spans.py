@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import gc
 import logging
 import multiprocessing
@@ -978,11 +979,21 @@ async def test_a_traced_generator_given_arguments_it_refuses_starts_no_span(make
     assert list(numbers(2)) == [0, 1] and started == ["numbers"]
 
 
+class _AsyncConstruction(type):
+    """A metaclass whose ``__call__`` is async: calling the class returns a coroutine."""
+
+    async def __call__(cls, *args: Any) -> Any:
+        await asyncio.sleep(0)
+        return super().__call__(*args)
+
+
+@pytest.mark.parametrize("shape", ["instance", "partial", "metaclass"])
 async def test_an_object_with_an_async_call_is_traced_while_it_runs(
-    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, shape: str
 ) -> None:
-    """``inspect.iscoroutinefunction`` says no of an instance whose ``__call__`` is async: traced
-    as a plain function, its span ended when the coroutine was returned, before the work ran."""
+    """``inspect.iscoroutinefunction`` says no of an instance whose ``__call__`` is async, of a
+    partial of one, and of a class whose metaclass's ``__call__`` is: traced as a plain function,
+    its span ended when the coroutine was returned, before the work ran."""
     otel = make_otel()
 
     class ModelCall:
@@ -991,9 +1002,20 @@ async def test_an_object_with_an_async_call_is_traced_while_it_runs(
                 await asyncio.sleep(0)
             raise RuntimeError(f"no answer to {prompt}")
 
-    traced = otel.traced("model")(ModelCall())
+    class Refusal(metaclass=_AsyncConstruction):
+        def __init__(self, prompt: str) -> None:
+            with otel.span("inside"):
+                raise RuntimeError(f"no answer to {prompt}")
+
+    targets: dict[str, Callable[..., Any]] = {
+        "instance": ModelCall(),
+        "partial": functools.partial(ModelCall(), "hi"),
+        "metaclass": Refusal,
+    }
+    target = targets[shape]
+    traced = otel.traced("model")(target)
     with pytest.raises(RuntimeError, match="no answer to hi"):
-        await traced("hi")
+        await (traced() if shape == "partial" else traced("hi"))
     spans = collect(otel, otlp_receiver, 2)
     model = one(spans, "model")
     assert model.status_code == "ERROR" and one(spans, "inside").parent_span_id == model.span_id
