@@ -231,3 +231,84 @@ def test_the_steps_panel_reads_whole_steps(tmp_path: Path) -> None:
     (tmp_path / "steps.test.yml").write_text(yaml.safe_dump(unit))
     result = _run("test", "rules", "steps.test.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+PROMETHEUS_CONFIG = ROOT / "collector" / "prometheus.yml"
+SDK_EXPORT_INTERVAL_S = 60  # OpenTelemetry's default OTEL_METRIC_EXPORT_INTERVAL (60000 ms)
+
+
+def _seconds(duration: str) -> int:
+    """``15s``, ``2m``, ``1h`` -> seconds."""
+    match = re.fullmatch(r"(\d+)([smh])", duration)
+    assert match, f"unsupported duration {duration!r}"
+    return int(match[1]) * {"s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+def _grafana_rate_interval(panel: dict[str, Any], scrape_s: int) -> int:
+    """Grafana's ``$__rate_interval`` at short time ranges (``$__interval`` is the panel's Min
+    interval, or the data source's scrape interval): max($__interval + scrape, 4 * scrape)."""
+    interval = _seconds(panel["interval"]) if panel.get("interval") else scrape_s
+    return max(interval + scrape_s, 4 * scrape_s)
+
+
+def test_grafana_rate_windows_span_two_sdk_exports(tmp_path: Path) -> None:
+    """A counter pushed through the collector changes once per SDK export (every 60 s by
+    default), however often Prometheus scrapes it (15 s in collector/prometheus.yml). Each
+    time-series panel's ``$__rate_interval`` must span two exports: Grafana's default 1 minute
+    holds one export or none, so a steady rate read 4/3 of itself or 0 and latency quantiles had
+    gaps. Checked on every panel, then with promtool on a rate panel and a quantile panel at
+    times that do not line up with the scrapes, as real scrapes do not."""
+    scrape_s = _seconds(_load(PROMETHEUS_CONFIG)["global"]["scrape_interval"])
+    panels = [p for p in json.loads(GRAFANA.read_text())["panels"] if p["type"] == "timeseries"]
+    windows = {p["title"]: _grafana_rate_interval(p, scrape_s) for p in panels}
+    short = {title: w for title, w in windows.items() if w < 2 * SDK_EXPORT_INTERVAL_S}
+    assert not short, f"$__rate_interval (s) shorter than two SDK exports: {short}"
+
+    def expr_of(title: str, ref: str = "A") -> str:
+        (panel,) = [p for p in panels if p["title"] == title]
+        (target,) = [t for t in panel["targets"] if t["refId"] == ref]
+        expr = target["expr"].replace("$__rate_interval", f"{windows[title]}s")
+        return re.sub(r'=~"\$\w+"', '=~".*"', expr)
+
+    exports = 12
+    per_export = 10  # requests per SDK export, all between 1 s and 2.5 s: p50 = 1.75 s
+    samples_per_export = SDK_EXPORT_INTERVAL_S // scrape_s
+
+    def stepping(count: int) -> str:
+        return " ".join(str(count * (i // samples_per_export)) for i in range(exports * samples_per_export))
+
+    labels = 'job="kaos-agent", gen_ai_agent_name="coordinator", kaos_request_origin="user", '
+    labels += 'kaos_outcome="success"'
+    buckets = [*(f"{edge:g}" for edge in catalog.DURATION_BUCKETS_S), "+Inf"]
+    series = [{"series": f"kaos_requests_total{{{labels}}}", "values": stepping(per_export)}]
+    series += [
+        {
+            "series": f'kaos_request_duration_seconds_bucket{{{labels}, le="{le}"}}',
+            "values": stepping(per_export if le == "+Inf" or float(le) >= 2.5 else 0),
+        }
+        for le in buckets
+    ]
+    rate = expr_of("Request rate by agent and outcome")
+    p50 = expr_of("Request latency p50 / p95 / p99 by agent")
+    # scrapes at :00, :15, :30, :45; evaluations 7 s after each
+    times = [f"9m{s}s" for s in (7, 22, 37, 52)]
+    rate_labels = '{gen_ai_agent_name="coordinator", kaos_outcome="success"}'
+    tests = [
+        {"expr": rate, "eval_time": t, "exp_samples": [{"labels": rate_labels, "value": per_export / 60}]}
+        for t in times
+    ]
+    tests += [
+        {
+            "expr": p50,
+            "eval_time": t,
+            "exp_samples": [{"labels": '{gen_ai_agent_name="coordinator"}', "value": 1.75}],
+        }
+        for t in times
+    ]
+    unit = {
+        "evaluation_interval": f"{scrape_s}s",
+        "tests": [{"interval": f"{scrape_s}s", "input_series": series, "promql_expr_test": tests}],
+    }
+    (tmp_path / "rate.test.yml").write_text(yaml.safe_dump(unit))
+    result = _run("test", "rules", "rate.test.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr

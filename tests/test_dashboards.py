@@ -798,6 +798,33 @@ def test_every_catalog_metric_is_on_the_grafana_dashboard() -> None:
     assert not missing, f"catalog metrics missing from the Grafana dashboard: {sorted(missing)}"
 
 
+def test_percentage_descriptions_name_their_denominator() -> None:
+    """A failure percentage leaves canceled operations out of its denominator; its description
+    (the panel's tooltip in both backends) says so, and one of all operations does not."""
+    completed = "|".join(o.value for o in catalog.Outcome if o is not catalog.Outcome.CANCELED)
+    checked = 0
+    for panel in grafana_dashboard()["panels"]:
+        exprs = [t["expr"] for t in panel.get("targets", []) if t["expr"].startswith("100 *")]
+        if not exprs:
+            continue
+        checked += 1
+        without_canceled = f'kaos_outcome=~"{completed}"' in exprs[0].rsplit("\n/ ", 1)[1]
+        said = "not canceled" in panel["description"]
+        assert said == without_canceled, (
+            f"{panel['title']}: denominator {'without' if without_canceled else 'with'} canceled "
+            f"operations, description: {panel['description']!r}"
+        )
+    assert checked == 6
+    signoz = {p["spec"]["display"]["name"]: p["spec"]["display"]["description"] for p in _signoz_panels()}
+    for panel in grafana_dashboard()["panels"]:
+        if panel["type"] != "row":
+            assert signoz[panel["title"]] == panel["description"], panel["title"]
+
+
+def _signoz_panels() -> list[Json]:
+    return list(signoz_dashboard()["spec"]["panels"].values())
+
+
 def test_memory_tiers_have_latency_and_failure_panels_and_alerts() -> None:
     titles = {p["spec"]["display"]["name"] for p in signoz_dashboard()["spec"]["panels"].values()}
     assert {"Memory latency p95 by tier", "Degraded memory operations by tier and operation"} <= titles

@@ -16,6 +16,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +112,10 @@ def sdk_metrics_port() -> Iterator[int]:
         tracer_provider.shutdown()
 
 
-@pytest.fixture
-def prometheus_url(tmp_path: Path, sdk_metrics_port: int) -> Iterator[str]:
-    """A real Prometheus scraping the SDK every second; stopped by PID afterwards."""
+@contextmanager
+def running_prometheus(tmp_path: Path, scrape_configs: str) -> Iterator[str]:
+    """A real Prometheus (scraping every second) with ``scrape_configs`` (YAML list items);
+    yields its URL and is stopped by PID afterwards."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail(
@@ -122,13 +124,7 @@ def prometheus_url(tmp_path: Path, sdk_metrics_port: int) -> Iterator[str]:
         )
     config = tmp_path / "prometheus.yml"
     config.write_text(
-        "global:\n"
-        "  scrape_interval: 1s\n"
-        "  scrape_timeout: 1s\n"
-        "scrape_configs:\n"
-        "  - job_name: kaos-otel\n"
-        "    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{sdk_metrics_port}']\n",
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n" + scrape_configs,
         encoding="utf-8",
     )
     port = free_port()
@@ -154,6 +150,16 @@ def prometheus_url(tmp_path: Path, sdk_metrics_port: int) -> Iterator[str]:
             process.kill()
             process.wait(timeout=5)
         log.close()
+
+
+@pytest.fixture
+def prometheus_url(tmp_path: Path, sdk_metrics_port: int) -> Iterator[str]:
+    """A real Prometheus scraping the SDK every second; stopped by PID afterwards."""
+    scrape = (
+        f"  - job_name: kaos-otel\n    static_configs:\n      - targets: ['127.0.0.1:{sdk_metrics_port}']\n"
+    )
+    with running_prometheus(tmp_path, scrape) as url:
+        yield url
 
 
 def wait_for_target_up(base: str, log: Path) -> None:
@@ -235,3 +241,79 @@ def test_every_grafana_panel_has_a_series_for_what_was_recorded(prometheus_url: 
         (title, expr) for title, expr in grafana_expressions("1m") if not instant_query(prometheus_url, expr)
     ]
     assert empty == [], f"panels without a series: {empty}"
+
+
+# --------------------------------------------------------------------------- span metrics
+LONG_RUN_S = 300.0
+"""An agent run of five minutes: longer than any model call, well inside the catalog's buckets."""
+
+
+def send_long_agent_runs(grpc_endpoint: str, service: str, seconds: float, count: int) -> None:
+    """``count`` finished ``invoke_agent`` spans of ``seconds`` each, sent with the plain SDK."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service}), shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=grpc_endpoint, insecure=True)))
+    tracer = provider.get_tracer("prometheus-test")
+    end = time.time_ns()
+    for _ in range(count):
+        span = tracer.start_span(
+            "invoke_agent coordinator",
+            start_time=end - int(seconds * 1e9),
+            attributes={catalog.GEN_AI_OPERATION_NAME: "invoke_agent"},
+        )
+        span.end(end_time=end)
+    provider.shutdown()
+
+
+def test_span_metrics_latency_of_a_long_agent_run_is_not_capped(tmp_path: Path) -> None:
+    """The production collector's span metrics (Jaeger's Monitor tab, through Prometheus) read a
+    five-minute agent run as minutes: its buckets reach the catalog's 10 minutes. With buckets
+    ending at 60 s every longer run fell into ``+Inf`` and ``histogram_quantile`` read 60 s."""
+    from test_collector import PROD_CONFIG, start_collector, stop_collector
+
+    ports = {name: free_port() for name in ("grpc", "http", "health", "prom", "telemetry")}
+    env = {
+        "OTELCOL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
+        "OTELCOL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
+        "OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
+        "OTELCOL_PROMETHEUS_ENDPOINT": f"127.0.0.1:{ports['prom']}",
+        "OTELCOL_TELEMETRY_PORT": str(ports["telemetry"]),
+        "OTELCOL_SPANMETRICS_FLUSH_INTERVAL": "500ms",
+        "KAOS_TRACES_EXPORTERS": "[debug]",
+        "KAOS_METRICS_EXPORTERS": "[prometheus]",
+        "KAOS_LOGS_EXPORTERS": "[debug]",
+        "FILE_EXPORT_PATH": str(tmp_path / "unused.jsonl"),
+    }
+    collector = start_collector(
+        PROD_CONFIG, env, tmp_path / "collector.log", f"http://127.0.0.1:{ports['health']}/"
+    )
+    try:
+        send_long_agent_runs(f"127.0.0.1:{ports['grpc']}", "long-agent", LONG_RUN_S, 4)
+        scrape = (  # as collector/prometheus.yml scrapes the collector's prometheus exporter
+            "  - job_name: kaos-otelcol\n"
+            "    honor_labels: true\n"
+            "    static_configs:\n"
+            f"      - targets: ['127.0.0.1:{ports['prom']}']\n"
+        )
+        with running_prometheus(tmp_path, scrape) as base:
+            wait_for_target_up(base, tmp_path / "prometheus.log")
+            selector = (
+                'traces_span_metrics_duration_milliseconds_bucket{job="long-agent", '
+                'service_name="long-agent", span_name="invoke_agent coordinator"}'
+            )
+            expr = f"histogram_quantile(0.5, sum by (le) ({selector}))"
+            deadline = time.monotonic() + SCRAPE_TIMEOUT_S
+            result = instant_query(base, expr)
+            while not result and time.monotonic() < deadline:
+                time.sleep(0.25)
+                result = instant_query(base, expr)
+            assert result, f"no span metrics for the long runs in Prometheus: {expr}"
+            les = {series["metric"]["le"] for series in instant_query(base, selector)}
+    finally:
+        stop_collector(collector)
+    p50_ms = float(result[0]["value"][1])
+    top_ms = max(float(le) for le in les if le != "+Inf")
+    assert 120_000 < p50_ms <= 600_000, f"a {LONG_RUN_S:g} s run reads as {p50_ms} ms"
+    assert top_ms >= catalog.DURATION_BUCKETS_S[-1] * 1000, f"span metric buckets end at {top_ms} ms"
