@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +30,7 @@ from instrumented_agent.errors import (
     BudgetExceededError,
     DelegationError,
     DelegationTimeoutError,
+    MalformedToolCallError,
     ModelError,
     UnknownAgentError,
     UnknownToolError,
@@ -157,6 +158,8 @@ class Agent:
 
         With memory on, the run recalls at ``memory_scope`` before its first model call and
         appends the last user message and the answer to the session after a successful answer.
+        An answer without part of the memory, or begun while an MCP server is not connected (its
+        tools not offered), ends ``degraded``.
         """
         config = self.config
         self._otel.register_known_names(
@@ -173,6 +176,7 @@ class Agent:
         )
         with run:
             _log.info("run started (%d messages, self-initiated=%s)", len(messages), identity.self_initiated)
+            unreachable = len(self._toolbox.pending)  # MCP servers whose tools the model is not offered
             try:
                 async with asyncio.timeout(config.max_runtime_s):
                     context, remembered = await self._recall(messages, identity, memory_scope)
@@ -188,6 +192,9 @@ class Agent:
             elif not remembered:
                 run.set_outcome(Outcome.DEGRADED, "memory_unavailable")
                 _log.warning("run answered without part of its memory")
+            elif unreachable:
+                run.set_outcome(Outcome.DEGRADED, "tools_unavailable")
+                _log.warning("run answered without the tools of %d MCP server(s) not connected", unreachable)
             _log.info("run finished after %d steps", result.steps)
             if deliver is not None:
                 await deliver(result)
@@ -229,23 +236,29 @@ class Agent:
         tool_calls = 0
         for step in range(1, config.max_steps + 1):
             with self._otel.agent_step(run, step):
-                completion = await self._call_model(conversation, on_delta, conversation_id)
+                tools = self.tool_definitions()  # what the model may ask for in this step
+                completion = await self._call_model(conversation, tools, on_delta, conversation_id)
                 usage = _add_usage(usage, completion.usage)
                 conversation.append(completion.message)
                 if not completion.message.tool_calls:
-                    return RunResult(completion.message.text(), "stop", Outcome.SUCCESS, step, usage)
+                    reason = _answer_finish_reason(completion.finish_reason)
+                    return RunResult(completion.message.text(), reason, Outcome.SUCCESS, step, usage)
                 for call in completion.message.tool_calls:
                     if tool_calls >= config.max_tool_calls:
                         text = f"Stopped: tool-call budget of {config.max_tool_calls} used up."
                         return _budget_result(text, step, usage, on_delta)
                     tool_calls += 1
-                    result = await self._execute(call, identity)
+                    result = await self._execute(call, identity, {t["function"]["name"] for t in tools})
                     conversation.append(ChatMessage(role="tool", tool_call_id=call.id, content=result))
         text = f"Stopped: step budget of {config.max_steps} used up without a final answer."
         return _budget_result(text, config.max_steps, usage, on_delta)
 
     async def _call_model(
-        self, conversation: list[ChatMessage], on_delta: DeltaSink | None, conversation_id: str | None
+        self,
+        conversation: list[ChatMessage],
+        tools: list[dict[str, Any]],
+        on_delta: DeltaSink | None,
+        conversation_id: str | None,
     ) -> Completion:
         model = self.config.model_name
         with self._otel.model_call(
@@ -260,7 +273,7 @@ class Agent:
             with _logged("model call"):
                 try:
                     completion = await self._model.complete(
-                        model, conversation, self.tool_definitions(), on_delta, call.record_first_chunk
+                        model, conversation, tools, on_delta, call.record_first_chunk
                     )
                 except ModelError as exc:  # error.type: the status or failure, not the class name
                     call.set_outcome(Outcome.ERROR, exc.reason)
@@ -284,20 +297,26 @@ class Agent:
                 )
             return completion
 
-    async def _execute(self, call: ToolCall, identity: Identity) -> str:
-        """Run one tool call: a delegation or an MCP tool."""
+    async def _execute(self, call: ToolCall, identity: Identity, offered: Collection[str]) -> str:
+        """Run one tool call: a delegation or an MCP tool, which must be one ``offered`` to the model
+        (a tool whose server went away since is a :class:`ToolError`, not an unknown tool)."""
         name = call.function.name
-        arguments = call.arguments_or_empty()
+        try:
+            arguments, malformed = call.arguments_object(), ""
+        except ValueError as exc:  # cut short, say: not called with arguments guessed
+            arguments, malformed = {}, f"arguments of {name!r} are not a JSON object: {exc}"
         if name == DELEGATE_TOOL:
             return await self._delegate(
-                str(arguments.get("agent", "")), str(arguments.get("task", "")), identity
+                str(arguments.get("agent", "")), str(arguments.get("task", "")), identity, malformed
             )
         with (
             self._otel.tool_call(self.name, name, call_id=call.id, arguments=call.function.arguments),
-            _logged(f"tool call {name if name in self._toolbox.tools() else OVERFLOW_VALUE}"),
+            _logged(f"tool call {name if name in offered else OVERFLOW_VALUE}"),
         ):
-            if name not in self._toolbox.tools():
+            if name not in offered:
                 raise UnknownToolError(f"unknown tool {name!r}")
+            if malformed:
+                raise MalformedToolCallError(malformed)
             _log.info("calling tool %s", name)
             return await self._toolbox.call(name, arguments)
 
@@ -339,12 +358,15 @@ class Agent:
             _log.warning("forget at %s failed: %s", target, type(exc).__name__)
             return ForgetReport(failed=[f"{target}/unreachable"])
 
-    async def _delegate(self, target: str, task: str, identity: Identity) -> str:
-        """Ask sub-agent ``target`` to do ``task``; its answer is the result."""
+    async def _delegate(self, target: str, task: str, identity: Identity, malformed: str = "") -> str:
+        """Ask sub-agent ``target`` to do ``task``; its answer is the result (``malformed``: why the
+        model's arguments could not be read, then nothing is asked)."""
         with (
             self._otel.delegation(self.name, target),
             _logged(f"delegation to {target if target in self.config.sub_agents else OVERFLOW_VALUE}"),
         ):
+            if malformed:
+                raise MalformedToolCallError(malformed)
             url = self.config.sub_agents.get(target)
             if url is None:
                 known = ", ".join(sorted(self.config.sub_agents)) or "none"
@@ -391,6 +413,12 @@ def _budget_result(text: str, steps: int, usage: Usage, on_delta: DeltaSink | No
     if on_delta is not None:
         on_delta(text)
     return RunResult(text, "length", Outcome.MAX_STEPS, steps, usage)
+
+
+def _answer_finish_reason(model_reason: str) -> str:
+    """The finish reason of a final answer: the model's when it says the answer is cut short
+    (``length``) or filtered (``content_filter``), else ``stop``."""
+    return model_reason if model_reason in ("length", "content_filter") else "stop"
 
 
 def _last_user_text(messages: Sequence[ChatMessage]) -> str:

@@ -9,6 +9,7 @@ __all__ = [
     "DelegationError",
     "DelegationTimeoutError",
     "ListenError",
+    "MalformedToolCallError",
     "ModelError",
     "ToolError",
     "UnknownAgentError",
@@ -49,6 +50,14 @@ class UnknownAgentError(AgentError):
 
     status_code = 502
     error_type = "unknown_agent"
+
+
+class MalformedToolCallError(AgentError):
+    """The model asked for a tool (or a delegation) with arguments that are not a JSON object, as
+    when its output was cut short: the call is not made with arguments guessed."""
+
+    status_code = 502
+    error_type = "malformed_tool_call"
 
 
 class ToolError(AgentError):

@@ -10,6 +10,7 @@ that fails (or whose arguments are too large) fails only its own request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Sequence
@@ -51,6 +52,7 @@ class _Session:
     client: Client | None = None
     tools: dict[str, McpTool] = field(default_factory=dict)
     reopen: asyncio.Event = field(default_factory=asyncio.Event)
+    connected: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class McpToolbox:
@@ -69,6 +71,14 @@ class McpToolbox:
     def ready(self) -> bool:
         """Whether every server is connected and its tools are known."""
         return all(s.client is not None for s in self._sessions)
+
+    async def wait_until_ready(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for every server to be connected; whether they are."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                for session in self._sessions:
+                    await session.connected.wait()
+        return self.ready
 
     @property
     def pending(self) -> list[str]:
@@ -141,6 +151,7 @@ class McpToolbox:
                         for tool in listing.tools
                     }
                     session.client = client
+                    session.connected.set()
                     delay = _RETRY_INITIAL_S
                     _log.info("connected to MCP server %s (%d tools)", session.url, len(session.tools))
                     await session.reopen.wait()
@@ -148,6 +159,7 @@ class McpToolbox:
                 _log.warning("MCP server %s unavailable (%s); retrying", session.url, type(exc).__name__)
             finally:
                 session.client = None
+                session.connected.clear()
                 session.tools = {}
                 session.reopen.clear()
             if not self._closing:

@@ -71,6 +71,10 @@ class ModelClient:
                 if response.status_code >= 400:
                     await response.aread()
                     _raise_for_status(response, self._api_key)
+                if _media_type(response) == "application/json":  # an endpoint that does not stream
+                    await response.aread()
+                    whole = _parse_completion(response.json(), model)
+                    return _delivered_whole(whole, on_delta, on_first_chunk)
                 return await _read_stream(response, model, on_delta, on_first_chunk, self._api_key)
         except httpx.HTTPError as exc:
             raise ModelError(f"model request failed: {type(exc).__name__}", type(exc).__name__) from exc
@@ -97,6 +101,22 @@ def _masked(message: str, api_key: str | None) -> str:
         message = message.replace(api_key, REDACTED)
     message = default_redactor(message)
     return message if len(message) <= _MAX_ERROR_CHARS else message[:_MAX_ERROR_CHARS] + "..."
+
+
+def _media_type(response: httpx.Response) -> str:
+    media_type: str = response.headers.get("content-type", "")
+    return media_type.partition(";")[0].strip().lower()
+
+
+def _delivered_whole(
+    completion: Completion, on_delta: DeltaSink, on_first_chunk: Callable[[], None] | None
+) -> Completion:
+    """A whole completion answered to a streaming request, passed on as one chunk."""
+    if on_first_chunk is not None:
+        on_first_chunk()
+    if completion.message.text():
+        on_delta(completion.message.text())
+    return completion
 
 
 def _parse_completion(body: dict[str, Any], model: str) -> Completion:

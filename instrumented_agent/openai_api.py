@@ -47,13 +47,23 @@ class ToolCall(BaseModel):
     type: Literal["function"] = "function"
     function: ToolFunction
 
+    def arguments_object(self) -> dict[str, Any]:
+        """The arguments as a dict (``{}`` for none); ``ValueError`` if they are not a JSON object
+        (cut short by the model's token limit, say)."""
+        try:
+            value = json.loads(self.function.arguments or "{}")
+        except RecursionError as exc:  # nested too deep for the parser
+            raise ValueError("arguments nested too deep") from exc
+        if not isinstance(value, dict):
+            raise ValueError(f"arguments are a JSON {type(value).__name__}, not an object")
+        return value
+
     def arguments_or_empty(self) -> dict[str, Any]:
         """The arguments as a dict, or ``{}`` if they are not a JSON object."""
         try:
-            value = json.loads(self.function.arguments or "{}")
+            return self.arguments_object()
         except ValueError:
             return {}
-        return value if isinstance(value, dict) else {}
 
 
 class ChatMessage(BaseModel):
@@ -91,8 +101,10 @@ class ChatRequest(BaseModel):
     stream_options: StreamOptions | None = None
 
     def tool_names(self) -> set[str]:
-        """Names of the function tools offered to the model."""
-        return {str(tool.get("function", {}).get("name")) for tool in self.tools or ()}
+        """Names of the function tools offered to the model (entries without a function object
+        name none)."""
+        functions = [tool.get("function") for tool in self.tools or ()]
+        return {str(function.get("name")) for function in functions if isinstance(function, dict)}
 
 
 class Usage(BaseModel):

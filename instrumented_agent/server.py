@@ -35,7 +35,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Receive
+from starlette.types import Receive, Scope, Send
 
 from instrumented_agent.agent import Agent, Identity, RunResult
 from instrumented_agent.config import (
@@ -104,10 +104,17 @@ def _trace_headers() -> dict[str, str]:
     return {TRACE_ID_HEADER: trace.format_trace_id(span_context.trace_id)}
 
 
-async def _autonomous_loop(agent: Agent, goal: str, interval_s: float) -> None:
-    """Run ``goal`` every ``interval_s`` seconds with the agent's own identity, each in a new trace."""
-    identity = Identity.of_agent(agent.name)
+_AUTONOMOUS_TOOLS_WAIT_S = 30.0
+"""How long an autonomous run waits for MCP servers that are not connected (at startup, say)
+before it goes on without their tools (and ends ``degraded``)."""
+
+
+async def _autonomous_loop(agent: Agent, toolbox: McpToolbox, goal: str, interval_s: float) -> None:
+    """Run ``goal`` every ``interval_s`` seconds with the agent's own identity, each in a new trace
+    and a new session."""
     while True:
+        identity = Identity.of_agent(agent.name)
+        await toolbox.wait_until_ready(_AUTONOMOUS_TOOLS_WAIT_S)
         try:
             await agent.run([ChatMessage(role="user", content=goal)], identity)
         except AgentError:
@@ -146,6 +153,24 @@ async def _unless_disconnected(work: asyncio.Future[T], receive: Receive) -> T |
             work.cancel()
             await asyncio.wait({work})
     return None if work.cancelled() else work.result()
+
+
+class _RunStream(StreamingResponse):
+    """A run's SSE answer that cancels the run if the response ends before the run did: also when
+    the server cannot even start it (an ASGI 2.4 server raises once the client is gone), so the
+    events are never read and the run would wait for a reader forever."""
+
+    def __init__(self, run: asyncio.Task[None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._run = run
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self._run.done():
+                self._run.cancel()
+                await asyncio.wait({self._run})
 
 
 class _AgentService:
@@ -239,7 +264,8 @@ class _AgentService:
             await task
             return _error_response(first)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(
+        return _RunStream(
+            task,
             self._events(first, queue, task, delivered, include_usage),
             media_type="text/event-stream",
             headers=_trace_headers(),
@@ -302,7 +328,7 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
             toolbox.start()
             autonomous = (
                 asyncio.create_task(
-                    _autonomous_loop(agent, config.autonomous_goal, config.autonomous_interval_s)
+                    _autonomous_loop(agent, toolbox, config.autonomous_goal, config.autonomous_interval_s)
                 )
                 if config.autonomous_goal
                 else None

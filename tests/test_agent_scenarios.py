@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,14 +18,22 @@ import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from starlette.requests import ClientDisconnect
 from starlette.types import Message
 
-from instrumented_agent.config import USER_ID_HEADER
+from instrumented_agent import server
+from instrumented_agent.agent import Agent, Identity, RunResult
+from instrumented_agent.config import DELEGATE_TOOL, USER_ID_HEADER, AgentConfig
 from instrumented_agent.demo import SCENARIOS, request_counts
+from instrumented_agent.errors import MalformedToolCallError, ToolError
+from instrumented_agent.mcp_client import McpTool, McpToolbox
+from instrumented_agent.model_client import DeltaSink, ModelClient
+from instrumented_agent.model_server import create_model_app
+from instrumented_agent.openai_api import ChatMessage, Completion, Usage
 from instrumented_agent.server import TRACE_ID_HEADER, _trace_headers, _unless_disconnected
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import System, agent_spec, otlp_env, start_system
-from kaos_otel import catalog
+from kaos_otel import KaosOtelManager, Outcome, catalog
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
 
 pytestmark = pytest.mark.timeout(120)
@@ -374,3 +382,239 @@ def test_the_trace_header_names_only_a_trace_the_sampler_recorded() -> None:
         context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(flags))
         with trace.use_span(NonRecordingSpan(context)):
             assert _trace_headers() == expected
+
+
+class _Toolbox(McpToolbox):
+    """One connected ``echo`` tool that records its calls."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def tools(self) -> dict[str, McpTool]:
+        return {"echo": McpTool("echo", "Echo a message.", {"type": "object"}, "http://mcp.invalid")}
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> str:
+        self.calls.append((name, arguments))
+        return f"echo: {arguments}"
+
+
+def _scripted(*replies: tuple[dict[str, Any], str]) -> Callable[[httpx.Request], httpx.Response]:
+    """A model endpoint answering ``(message, finish_reason)`` in turn, then a plain answer."""
+    pending = list(replies)
+
+    def endpoint(request: httpx.Request) -> httpx.Response:
+        message, finish_reason = (
+            pending.pop(0) if pending else ({"role": "assistant", "content": "done"}, "stop")
+        )
+        choice = {"index": 0, "message": message, "finish_reason": finish_reason}
+        return httpx.Response(200, json={"id": "c", "model": "m", "choices": [choice]})
+
+    return endpoint
+
+
+def _in_process_agent(
+    otel: KaosOtelManager, http: httpx.AsyncClient, toolbox: McpToolbox, **settings: Any
+) -> Agent:
+    config = AgentConfig(name="solo", model_base_url="http://model.invalid/v1", model_name="m", **settings)
+    return Agent(config, otel, ModelClient(config.model_base_url, http), toolbox, http)
+
+
+@pytest.mark.parametrize("tool", ["echo", DELEGATE_TOOL])
+@pytest.mark.parametrize("arguments", ['{"message": "drop the ta', "[1, 2]", "[" * 100_000])
+async def test_tool_call_arguments_that_are_no_json_object_fail_the_call_without_making_it(
+    make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver, tool: str, arguments: str
+) -> None:
+    """Arguments cut short by the model's token limit (or no object at all) are a clear error in
+    the call's span; the tool is not called with arguments guessed (before: called with ``{}``)."""
+    otel = make_otel()
+    call = {"id": "call_1", "type": "function", "function": {"name": tool, "arguments": arguments}}
+    toolbox = _Toolbox()
+    endpoint = _scripted(({"role": "assistant", "tool_calls": [call]}, "length"))
+    async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as http:
+        agent = _in_process_agent(otel, http, toolbox, sub_agents={"helper": "http://helper.invalid"})
+        with pytest.raises(MalformedToolCallError) as raised:
+            await agent.run([ChatMessage(role="user", content="hi")], Identity(user_id="u"))
+    assert toolbox.calls == []
+    assert (raised.value.status_code, raised.value.error_type) == (502, "malformed_tool_call")
+    otel.force_flush(5)
+    failed = "execute_tool echo" if tool == "echo" else "invoke_agent _other"
+
+    def arrived(r: OtlpReceiver) -> bool:
+        return any(s.name == failed and s.status_code == "ERROR" for s in r.spans())
+
+    assert otlp_receiver.wait_for(arrived, timeout=10)
+
+
+@pytest.mark.parametrize("finish_reason", ["length", "content_filter", "stop", "tool_calls"])
+async def test_a_final_answer_keeps_the_finish_reason_that_says_it_is_cut_short(
+    make_otel: Callable[..., KaosOtelManager], finish_reason: str
+) -> None:
+    """A client must be able to tell an answer the model's token limit cut short (before: ``stop``)."""
+    endpoint = _scripted(({"role": "assistant", "content": "The answer is"}, finish_reason))
+    async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as http:
+        agent = _in_process_agent(make_otel(), http, _Toolbox())
+        result = await agent.run([ChatMessage(role="user", content="hi")], Identity(user_id="u"))
+    expected = finish_reason if finish_reason in ("length", "content_filter") else "stop"
+    assert (result.content, result.finish_reason) == ("The answer is", expected)
+
+
+@pytest.mark.parametrize("tools", [[{"type": "function", "function": None}], [{"function": "echo"}]])
+async def test_the_scripted_model_answers_tools_without_a_function_object(tools: list[Any]) -> None:
+    """A ``tools`` entry whose function is not an object names no tool (before: a 500)."""
+    transport = httpx.ASGITransport(app=create_model_app(), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://model") as client:
+        body = {"messages": [{"role": "user", "content": "hi"}], "tools": tools}
+        response = await client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "Scripted reply to: hi"
+
+
+async def test_a_run_begun_without_a_connected_mcp_server_ends_degraded(
+    make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
+) -> None:
+    """The model is not offered the tools of an MCP server that is down, so the answer lacks them:
+    ``degraded`` as docs/metrics.md defines it (before: ``success``)."""
+    otel = make_otel()
+    toolbox = McpToolbox(["http://127.0.0.1:9/mcp"])  # never started: not connected
+    endpoint = _scripted(({"role": "assistant", "content": "An answer without searching."}, "stop"))
+    async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as http:
+        agent = _in_process_agent(otel, http, toolbox)
+        result = await agent.run([ChatMessage(role="user", content="hi")], Identity(user_id="u"))
+    assert result.content == "An answer without searching."
+    otel.force_flush(5)
+
+    def arrived(r: OtlpReceiver) -> bool:
+        return any(s.name == "invoke_agent solo" for s in r.spans())
+
+    assert otlp_receiver.wait_for(arrived, timeout=10)
+    (run,) = _named(otlp_receiver.spans(), "invoke_agent solo")
+    assert run.attributes[catalog.KAOS_OUTCOME] == "degraded"
+    assert (run.attributes[catalog.ERROR_TYPE], run.status_code) == ("tools_unavailable", "UNSET")
+
+
+class _OneChunkModel(ModelClient):
+    """A model that answers ``Hello.`` in one streamed chunk."""
+
+    async def complete(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[dict[str, Any]] = (),
+        on_delta: DeltaSink | None = None,
+        on_first_chunk: Callable[[], None] | None = None,
+    ) -> Completion:
+        if on_delta is not None:
+            on_delta("Hello.")
+        return Completion("c", model, ChatMessage(role="assistant", content="Hello."), "stop", Usage())
+
+
+async def test_a_stream_the_server_cannot_start_cancels_its_run(
+    monkeypatch: pytest.MonkeyPatch, make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
+) -> None:
+    """An ASGI 2.4 server raises once the client is gone: when that happens as the response starts,
+    the events are never read, and the run, waiting for its reader, is cancelled (before: it
+    waited forever, its span never ended)."""
+    monkeypatch.setattr(server, "ModelClient", _OneChunkModel)
+    otel = make_otel()
+    app = server.create_agent_app(
+        AgentConfig(name="solo", model_base_url="http://model.invalid/v1", model_name="m"), otel
+    )
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
+    received = 0
+
+    async def receive() -> Message:
+        nonlocal received
+        received += 1
+        if received == 1:
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # the client is still there for all the server can tell
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            raise OSError("the client is gone")
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    async with app.router.lifespan_context(app):
+        with pytest.raises(ClientDisconnect):
+            await asyncio.wait_for(app(scope, receive, send), 10)
+        otel.force_flush(5)
+
+        def run_ended(r: OtlpReceiver) -> bool:
+            return any(s.name == "invoke_agent solo" for s in r.spans())
+
+        assert otlp_receiver.wait_for(run_ended, timeout=5), "the run was never ended"
+    (run,) = _named(otlp_receiver.spans(), "invoke_agent solo")
+    assert run.attributes[catalog.KAOS_OUTCOME] == "canceled"
+
+
+async def test_each_autonomous_run_has_a_session_of_its_own(
+    make_otel: Callable[..., KaosOtelManager],
+) -> None:
+    """As docs/memory.md says: a new session per autonomous run (before: one for all of them, so
+    each run recalled the ones before it)."""
+    identities: list[Identity] = []
+
+    class Recording(Agent):
+        async def run(self, messages: Sequence[ChatMessage], identity: Identity, **_: Any) -> RunResult:
+            identities.append(identity)
+            return RunResult("ok", "stop", Outcome.SUCCESS, 1, Usage())
+
+    async with httpx.AsyncClient() as http:
+        agent = Recording(
+            AgentConfig(name="solo", model_base_url="http://model.invalid/v1", model_name="m"),
+            make_otel(),
+            ModelClient("http://model.invalid/v1", http),
+            McpToolbox([]),
+            http,
+        )
+        loop = asyncio.ensure_future(server._autonomous_loop(agent, McpToolbox([]), "Check.", 0.01))
+        while len(identities) < 3:
+            await asyncio.sleep(0.01)
+        loop.cancel()
+        await asyncio.wait({loop})
+    assert {i.user_id for i in identities} == {"agent:solo"}
+    assert len({i.session_id for i in identities}) == len(identities)
+
+
+async def test_a_tool_whose_server_went_away_after_the_model_call_is_a_tool_error(
+    make_otel: Callable[..., KaosOtelManager],
+) -> None:
+    """The tool was offered to the model, then its MCP session dropped (its tools are forgotten
+    until it reconnects): a ``tool_error`` saying so, not ``unknown tool`` (before)."""
+
+    class Dropping(_Toolbox):
+        connected = True
+
+        def tools(self) -> dict[str, McpTool]:
+            return super().tools() if self.connected else {}
+
+        async def call(self, name: str, arguments: dict[str, Any]) -> str:
+            raise ToolError(f"no connected MCP server offers tool {name!r}")
+
+    toolbox = Dropping()
+    call = {"id": "call_1", "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+    answer = _scripted(({"role": "assistant", "tool_calls": [call]}, "tool_calls"))
+
+    def endpoint(request: httpx.Request) -> httpx.Response:
+        toolbox.connected = False  # the session drops while the model answers
+        return answer(request)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as http:
+        agent = _in_process_agent(make_otel(), http, toolbox)
+        with pytest.raises(ToolError, match="no connected MCP server offers tool 'echo'"):
+            await agent.run([ChatMessage(role="user", content="hi")], Identity(user_id="u"))

@@ -280,3 +280,27 @@ def test_the_otlp_exporters_own_warnings_do_not_show_url_credentials(
     otel.force_flush(3)
     assert "/v1/traces" in caplog.text or "export" in caplog.text.lower()  # the failure was logged
     assert token not in caplog.text
+
+
+async def test_a_model_endpoint_that_does_not_stream_still_answers_a_streaming_call() -> None:
+    """An endpoint that ignores ``stream`` and answers one JSON body: its answer is passed on as
+    one chunk (before: an empty answer, reported as a success)."""
+
+    def endpoint(request: httpx.Request) -> httpx.Response:
+        choice = {"index": 0, "message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}
+        usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+        return httpx.Response(200, json={"id": "c-1", "model": "m", "choices": [choice], "usage": usage})
+
+    deltas: list[str] = []
+    first_chunks: list[bool] = []
+    async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as http:
+        client = ModelClient("http://model.invalid/v1", http, None)
+        completion = await client.complete(
+            "m",
+            [ChatMessage(role="user", content="hi")],
+            (),
+            deltas.append,
+            lambda: first_chunks.append(True),
+        )
+    assert (completion.message.content, completion.id, completion.usage.total_tokens) == ("whole", "c-1", 4)
+    assert deltas == ["whole"] and first_chunks == [True]
