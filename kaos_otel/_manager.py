@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
 import os
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +15,7 @@ from opentelemetry._logs import LoggerProvider
 
 from kaos_otel._config import TelemetrySettings
 from kaos_otel._content import ContentPolicy, Redactor, default_redactor
-from kaos_otel._internal_log import log_once
+from kaos_otel._internal_log import ForkSafeLock, log_once
 from kaos_otel._metrics import LabelBounds
 from kaos_otel._pipeline import DEFAULT_SHUTDOWN_TIMEOUT_S, ExportPipeline
 from kaos_otel._telemetry import AgentTelemetry, telemetry_parts
@@ -201,16 +201,24 @@ def _stop_managers_at_child_exit() -> None:
             manager.pipeline.flush_queues(remaining)
 
 
-_default_lock = threading.Lock()
+_default_lock = ForkSafeLock()
+"""Free in a forked child, though another thread of the parent was creating the default manager."""
 _default: KaosOtelManager | None = None
 _default_settings: dict[str, Any] = {}
+_ARGUMENT_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(KaosOtelManager.__init__).parameters.items()
+    if parameter.default is not inspect.Parameter.empty
+}
+"""A manager's arguments as left out: a later ``configure()`` giving one of them asks for what applies."""
 _defaults_made = 0
 
 
 def configure(**settings: Any) -> KaosOtelManager:
     """The process-wide default manager, created by the first call.
 
-    A later call with no arguments, or the same ones, returns it. A later call with other
+    A later call with no arguments, or the same ones (an argument's default value is the same as
+    leaving it out), returns it. A later call with other
     arguments cannot apply them (the global providers exist once per process): it logs a
     warning naming them and returns the existing manager. Once that manager was shut down, a
     call creates a new one (which says that the shut-down global providers cannot be replaced).
@@ -219,7 +227,7 @@ def configure(**settings: Any) -> KaosOtelManager:
     with _default_lock:
         if _default is None or _default.pipeline.shut_down:
             _default = KaosOtelManager(**settings)
-            _default_settings = dict(settings)
+            _default_settings = {**_ARGUMENT_DEFAULTS, **settings}  # what it applies, defaults included
             _defaults_made += 1
         else:
             ignored = sorted(key for key in settings if _default_settings.get(key, object()) != settings[key])

@@ -49,6 +49,8 @@ from kaos_otel.exporters.pipeline import host_layer_added, redacted_resource, sa
 _log = logging.getLogger("kaos_otel")
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
+LONGEST_TIMEOUT_S = 30 * 86_400.0
+"""What a longer timeout (``math.inf``: no deadline) means: a wait every platform's locks accept."""
 LOG_EXPORT_BATCH_SIZE = 128
 """Log records per export request unless ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` says otherwise: at
 the capped sizes (8 KiB body plus capped exception attributes) a batch stays well under the
@@ -107,8 +109,9 @@ _USERS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 """How many pipelines not yet shut down use each provider (a meter provider by its SDK provider).
 Shared global providers are shut down, and their logging bridge removed, by the last of them,
 whichever built them: the first manager's shutdown must not silence a second one."""
-_LossAccount = tuple[TelemetryHealth, list["SpanBatchProcessor | LogBatchProcessor"]]
-"""Where a pipeline counts its losses, and its batch processors (which abandon their items)."""
+_LossAccount = tuple[TelemetryHealth, list[Callable[[], int]]]
+"""Where a pipeline counts its losses, and what gives up on (and counts) the items its batch
+processors and metric exporters still hold when a shutdown misses its deadline."""
 _BUILT: weakref.WeakKeyDictionary[Any, _LossAccount] = weakref.WeakKeyDictionary()
 """Providers a pipeline built (the host's are never shut down by kaos-otel), with the loss
 account of that pipeline: the manager that stops them may be another one."""
@@ -181,6 +184,12 @@ def _flush(providers: Sequence[Any], timeout: float) -> bool:
     )
 
 
+def _bounded(timeout: float) -> float:
+    """``timeout`` as seconds every wait accepts: 0 for a negative or NaN one, at most
+    :data:`LONGEST_TIMEOUT_S` (a longer wait raises ``OverflowError``)."""
+    return max(0.0, min(timeout, LONGEST_TIMEOUT_S))
+
+
 def _sdk_provider(provider: Any) -> Any:
     """The SDK provider behind a :class:`CatalogMeterProvider`; any other provider as it is."""
     return provider.provider if isinstance(provider, CatalogMeterProvider) else provider
@@ -216,6 +225,7 @@ class ExportPipeline:
         self._in_use: list[Any] = []
         self._owned: list[Any] = []
         self._batches: list[SpanBatchProcessor | LogBatchProcessor] = []
+        self._abandons: list[Callable[[], int]] = []
         self._shutdown_done = False
         self._lock = threading.Lock()
         self.tracer_provider: trace.TracerProvider = trace.NoOpTracerProvider()
@@ -246,7 +256,10 @@ class ExportPipeline:
             )
         self._in_use = [self.tracer_provider, self.meter_provider, self.logger_provider]
         with _USERS_LOCK:
-            _BUILT.update((provider, (self.health, self._batches)) for provider in self._owned)
+            _BUILT.update((provider, (self.health, self._abandons)) for provider in self._owned)
+            built_by = next(filter(None, map(_BUILT.get, map(_sdk_provider, self._in_use))), None)
+            if not self._owned and built_by is not None:  # adopted: its losses count there
+                self.health = built_by[0]
             stopped_meanwhile = False
             for provider in map(_sdk_provider, self._in_use):
                 stopped_meanwhile |= provider in _SHUT_DOWN_PROVIDERS
@@ -446,6 +459,7 @@ class ExportPipeline:
                 ),
             )
             self._batches.append(processor)
+            self._abandons.append(processor.abandon)
             provider.add_span_processor(processor)
         if settings.to_console("traces"):
             provider.add_span_processor(
@@ -487,21 +501,19 @@ class ExportPipeline:
         settings = self.settings
         readers: list[MetricReader] = []
         try:
+            exporters = []
             if "metrics" in settings.endpoints:
+                exporters.append(otlp_metric_exporter(settings, self.health, policy))
+            if settings.to_console("metrics"):
+                exporters.append(sanitizing_metric_exporter(ConsoleMetricExporter, self.health, policy))
+            for exporter in exporters:
                 # OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT are read by the reader unless overridden.
                 readers.append(
                     PeriodicExportingMetricReader(
-                        otlp_metric_exporter(settings, self.health, policy),
-                        export_interval_millis=settings.metric_export_interval_ms,
+                        exporter, export_interval_millis=settings.metric_export_interval_ms
                     )
                 )
-            if settings.to_console("metrics"):
-                readers.append(
-                    PeriodicExportingMetricReader(
-                        sanitizing_metric_exporter(ConsoleMetricExporter, self.health, policy),
-                        export_interval_millis=settings.metric_export_interval_ms,
-                    )
-                )
+                self._abandons.append(exporter.abandon)
             sdk_provider = MeterProvider(
                 metric_readers=readers,
                 resource=resource,
@@ -542,6 +554,7 @@ class ExportPipeline:
                 BatchSettings.for_logs(max_export_batch_size=batch_size),
             )
             self._batches.append(processor)
+            self._abandons.append(processor.abandon)
             provider.add_log_record_processor(processor)
         if settings.to_console("logs"):
             provider.add_log_record_processor(
@@ -597,8 +610,14 @@ class ExportPipeline:
 
     def force_flush(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Export everything buffered, on the providers in use (the host's too); returns within
-        ``timeout`` seconds even if the collector hangs."""
-        return _flush(self._in_use, timeout)
+        ``timeout`` seconds even if the collector hangs.
+
+        After :meth:`shutdown`, nothing: the shutdown exported what was buffered, and a stopped
+        exporter would refuse (and the loss account count again) the metric totals it already sent.
+        """
+        if self._shutdown_done:
+            return True
+        return _flush(self._in_use, _bounded(timeout))
 
     def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Flush and stop the providers kaos-otel built, with a hard deadline; safe to call twice.
@@ -607,6 +626,7 @@ class ExportPipeline:
         finished: the last manager using them stops them (and removes their logging bridge).
         Providers the host installed are left running: they are the host's to flush and stop.
         """
+        timeout = _bounded(timeout)
         with self._lock:
             if self._shutdown_done:
                 return True
@@ -638,9 +658,9 @@ class ExportPipeline:
         if not finished:
             # What the pipelines still hold will not be exported in time: count it as lost now,
             # while someone can still read the count (the process may be about to exit).
-            for _, batches in accounts.values():
-                for processor in batches:
-                    processor.abandon()
+            for _, abandons in accounts.values():
+                for abandon in abandons:
+                    abandon()
         self._report_loss([health for health, _ in accounts.values()])
         return finished and flushed
 

@@ -53,6 +53,78 @@ def test_configure_twice_returns_the_default_and_says_which_arguments_it_cannot_
     assert all("service_name" in line and "bridge_logging" not in line for line in warnings)
 
 
+def test_configure_again_with_an_arguments_default_value_is_not_told_it_is_not_applied() -> None:
+    """Two libraries share the default manager: one calls ``configure()``, the other passes
+    default values explicitly; that is what applies, so nothing is said."""
+    result = run_python(
+        """
+        import logging
+        import kaos_otel
+
+        logging.basicConfig(level=logging.WARNING)
+        first = kaos_otel.configure()
+        assert kaos_otel.configure(bridge_logging=True, global_providers=True, service_name=None) is first
+        assert kaos_otel.configure(bridge_logging=False) is first  # not what applies: said
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "configure() was already called" in line]
+    assert [line.rsplit(": ", 1)[1] for line in warnings] == ["bridge_logging"], result.stderr
+
+
+def test_a_child_forked_while_another_thread_creates_the_default_can_configure() -> None:
+    """A thread of the parent is inside ``configure()`` (building the manager) as the process
+    forks: the child's own ``configure()`` returns (it waited for ever on the parent's lock)."""
+    result = run_python(
+        """
+        import os, time
+        import kaos_otel
+        from kaos_otel import _manager
+
+        with _manager._default_lock:  # as the thread creating the default holds it
+            pid = os.fork()
+            if pid == 0:
+                otel = kaos_otel.configure(bridge_logging=False)
+                print("CHILD", otel is kaos_otel.configure(), flush=True)
+                os._exit(0)
+        deadline = time.monotonic() + 20
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                print("CHILD HUNG", flush=True)
+                break
+            time.sleep(0.05)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["CHILD True"], result.stdout + result.stderr
+
+
+def test_a_manager_on_another_managers_providers_tells_their_losses(otlp_receiver: OtlpReceiver) -> None:
+    """An app's manager on the default manager's providers (or the distro's): its ``health``
+    counts what those providers lose, its own spans included (it said nothing was lost)."""
+    otlp_receiver.set_failure("hang")
+    result = run_python(
+        """
+        import kaos_otel
+
+        first = kaos_otel.configure(bridge_logging=False)
+        app = kaos_otel.KaosOtelManager(bridge_logging=False)
+        for _ in range(30):
+            with app.span("lost"):
+                pass
+        assert app.shutdown(0.5) is False and first.shutdown(0.5) is False
+        print("APP", app.health.dropped("traces"), "FIRST", first.health.dropped("traces"))
+        """,
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint,
+        OTEL_BSP_MAX_QUEUE_SIZE="10",
+        OTEL_BSP_MAX_EXPORT_BATCH_SIZE="10",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["APP 30 FIRST 30"], result.stdout + result.stderr
+
+
 SHARED = """
 import os
 from kaos_otel import KaosOtelManager

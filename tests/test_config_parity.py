@@ -421,7 +421,9 @@ CASES: dict[str, Env] = {
     },
     "sdk disabled": lambda url: {**HTTP, "OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_SDK_DISABLED": "true"},
     "sdk disabled is only true": lambda url: {
-        **HTTP, "OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_SDK_DISABLED": "1"
+        **HTTP,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+        "OTEL_SDK_DISABLED": "1",
     },
 }
 

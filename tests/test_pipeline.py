@@ -9,6 +9,7 @@ import http.client
 import json
 import logging
 import logging.config
+import math
 import os
 import socket
 import subprocess
@@ -119,6 +120,40 @@ def test_a_child_forked_while_a_label_or_diagnostics_lock_is_held_can_take_it() 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["CHILD web_search"], result.stdout + result.stderr
+
+
+def test_a_child_forked_while_a_queue_or_loss_count_lock_is_held_flushes_and_counts() -> None:
+    """The export thread holding a queue's flush lock or its wake-up event's lock, or a request
+    thread counting a dropped span, as the process forks: the child gets its own (else its exit
+    flush, or its first dropped span, waits for ever)."""
+    result = run_python(
+        """
+        import os, time
+        from kaos_otel.exporters.batch import BatchQueue, BatchSettings
+        from kaos_otel.exporters.health import TelemetryHealth
+
+        health = TelemetryHealth()
+        queue = BatchQueue("traces", lambda batch: None, health, BatchSettings(schedule_delay_ms=50))
+        with queue._flush_lock, queue._wake._cond, health._lock:  # as those threads would hold them
+            pid = os.fork()
+            if pid == 0:
+                queue.put(1)
+                flushed = queue.force_flush(5)
+                health.record_drop("traces", "queue_full")
+                print("CHILD", flushed, health.dropped(), flush=True)
+                os._exit(0)
+        deadline = time.monotonic() + 20
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                print("CHILD HUNG", flush=True)
+                break
+            time.sleep(0.05)
+        """,
+        clean_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["CHILD True 1"], result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -300,6 +335,48 @@ def test_hanging_collector_shutdown_meets_its_deadline(
     assert otel.health.dropped("traces") == 50, otel.health.snapshot()
     assert otel.health.dropped("logs") >= 50, otel.health.snapshot()
     assert otlp_receiver.spans() == []
+
+
+def test_metric_points_a_missed_shutdown_deadline_leaves_unsent_are_counted(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """The collector hanging: the final metric export is still running when the shutdown's
+    deadline passes; its data points are counted as lost, as the spans are (they were not)."""
+    otlp_receiver.set_failure("hang")
+    otel = make_otel()
+    otel.record_compaction("agent")
+    with otel.span("request"):
+        pass
+    assert otel.shutdown(timeout=1) is False
+    snapshot = otel.health.snapshot()
+    assert snapshot.get(("metrics", "shutdown"), 0) > 0, snapshot
+    assert snapshot.get(("traces", "shutdown"), 0) == 1, snapshot
+
+
+def test_a_timeout_of_no_deadline_or_not_a_number_never_raises(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """``math.inf`` (no deadline) waits as long as it takes; NaN waits for nothing. Neither
+    raises into the app (``OverflowError``, ``ValueError`` from the waits and conversions)."""
+    otel = make_otel()
+    with otel.span("request"):
+        pass
+    otel.record_compaction("agent")
+    assert isinstance(otel.force_flush(timeout=math.nan), bool)
+    assert otel.force_flush(timeout=math.inf) is True
+    assert otel.shutdown(timeout=math.inf) is True
+    assert [span.name for span in otlp_receiver.spans()] == ["request"]
+    assert otel.health.snapshot() == {}
+
+
+def test_force_flush_after_shutdown_counts_no_loss(make_otel: MakeOtel) -> None:
+    """A flush after the shutdown has nothing to send: the metric totals the shutdown exported
+    are not sent again to a stopped exporter, which refused them and had them counted as lost."""
+    otel = make_otel()
+    otel.record_compaction("agent")
+    assert otel.shutdown(timeout=5) is True
+    assert otel.force_flush(timeout=5) is True
+    assert otel.health.snapshot() == {}
 
 
 def test_a_manager_made_in_a_child_on_its_parents_providers_leaves_the_parents_totals_alone(

@@ -155,9 +155,6 @@ class BatchQueue(Generic[T]):
         self._settings = settings
         self._delay_s = settings.schedule_delay_ms / 1000
         self._queue: deque[T] = deque()
-        self._wake = threading.Event()
-        self._flush_lock = threading.Lock()
-        self._flush_requests: list[threading.Event] = []
         self._closed = False
         self._abandoned = False
         self._suppress_instrumentation = _instrumentation_suppressor()
@@ -178,7 +175,12 @@ class BatchQueue(Generic[T]):
         return len(self._queue)
 
     def _start_thread(self) -> None:
-        self._queue = deque()  # in a forked child, the parent's items belong to the parent
+        """Start the export thread, with a queue and locks of its own: in a forked child the
+        parent's items are the parent's, and a lock a parent's thread held would stay held."""
+        self._queue = deque()
+        self._wake = threading.Event()
+        self._flush_lock = threading.Lock()
+        self._flush_requests: list[threading.Event] = []
         name = f"kaos-otel-{self._signal}-export"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Iterable
 from typing import Literal
@@ -10,6 +9,7 @@ from typing import Literal
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from kaos_otel import catalog
+from kaos_otel._internal_log import ForkSafeLock
 
 Signal = Literal["traces", "metrics", "logs"]
 """A signal (the values of :data:`kaos_otel.catalog.TELEMETRY_SIGNALS`, as a type)."""
@@ -21,7 +21,7 @@ class TelemetryHealth:
     """Thread-safe loss counters, reported as the ``kaos.telemetry.dropped`` metric."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()  # a child forked while a request thread counted a drop
         self._counts: Counter[tuple[str, str]] = Counter()
 
     def record_drop(self, signal: Signal, reason: DropReason, count: int = 1) -> None:

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from kaos_otel._config import OtlpProtocol, TelemetrySettings
 from kaos_otel._content import ContentPolicy
 from kaos_otel.exporters.health import TelemetryHealth
-from kaos_otel.exporters.pipeline import sanitizing_metric_exporter
+from kaos_otel.exporters.pipeline import SanitizingMetricExport, sanitizing_metric_exporter
 
 
 def _overrides(settings: TelemetrySettings, signal: str) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def otlp_span_exporter(settings: TelemetrySettings) -> SpanExporter:
 
 def otlp_metric_exporter(
     settings: TelemetrySettings, health: TelemetryHealth, policy: ContentPolicy
-) -> MetricExporter:
+) -> SanitizingMetricExport:
     """The metric exporter of ``settings.protocols['metrics']``, cleaning label values and
     counting failed data points."""
     exporter_class: type[MetricExporter]

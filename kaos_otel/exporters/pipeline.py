@@ -396,10 +396,10 @@ class SanitizingLogExporter(LogRecordExporter):
         return self._inner.force_flush(timeout_millis)
 
 
-class SanitizingMetricExport:
+class SanitizingMetricExport(MetricExporter):
     """Mixed into a metric exporter class: cleans every label value (the host's own meters' too,
     with ``export_other_metrics`` or under the distro; kaos-otel's are bounded already) and the
-    resource, and counts the data points of failed exports.
+    resource, and counts the data points of failed exports, and of an export a shutdown gave up on.
 
     A subclass rather than a wrapper, so that the exporter keeps the temporality and aggregation
     it read from ``OTEL_EXPORTER_OTLP_METRICS_*`` without anyone reading them back.
@@ -408,28 +408,38 @@ class SanitizingMetricExport:
     health: TelemetryHealth
     policy: ContentPolicy
     cleaned_resource: ResourceCleaner
+    in_flight: _InFlight
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object
     ) -> MetricExportResult:
         """Export cleaned data; a failure is counted, never raised."""
+        points = _count_points(metrics_data)
+        self.in_flight.start(points)
         try:
             with exporting():  # on the SDK reader's thread or a flushing one
                 cleaned = _cleaned_metrics(metrics_data, self.policy, self.cleaned_resource)
-                result: MetricExportResult = super().export(  # type: ignore[misc]
+                result: MetricExportResult = super().export(  # type: ignore[safe-super]
                     cleaned, timeout_millis=timeout_millis, **kwargs
                 )
         except Exception as exc:
             internal_error("metric export", exc)
             result = MetricExportResult.FAILURE
-        if result is not MetricExportResult.SUCCESS:
-            self.health.record_drop("metrics", "export_failed", _count_points(metrics_data))
+        if self.in_flight.finish(points) and result is not MetricExportResult.SUCCESS:
+            self.health.record_drop("metrics", "export_failed", points)
         return result
+
+    def abandon(self) -> int:
+        """After a missed shutdown deadline: count the data points of an export still running as
+        lost (its result is then not counted again); returns how many."""
+        held = self.in_flight.abandon()
+        self.health.record_drop("metrics", "shutdown", held)
+        return held
 
 
 def sanitizing_metric_exporter(
     exporter_class: type[MetricExporter], health: TelemetryHealth, policy: ContentPolicy, **options: Any
-) -> MetricExporter:
+) -> SanitizingMetricExport:
     """An ``exporter_class`` built with ``options`` that cleans what it exports and counts what
     it fails to export."""
     sanitizing = type(f"Sanitizing{exporter_class.__name__}", (SanitizingMetricExport, exporter_class), {})
@@ -437,7 +447,8 @@ def sanitizing_metric_exporter(
     exporter.health = health
     exporter.policy = policy
     exporter.cleaned_resource = ResourceCleaner(policy)
-    assert isinstance(exporter, MetricExporter)
+    exporter.in_flight = _InFlight()
+    assert isinstance(exporter, SanitizingMetricExport)
     return exporter
 
 
