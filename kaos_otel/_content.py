@@ -20,13 +20,19 @@ import traceback
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence, Set, ValuesView
 from dataclasses import dataclass, field
+from itertools import islice
 from types import MappingProxyType
 from typing import TypeGuard, TypeVar
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AnyValue, AttributeValue
 
-from kaos_otel._config import DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT, ContentCapture, content_from_env
+from kaos_otel._config import (
+    DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT,
+    ContentCapture,
+    _capture_content,
+    content_from_env,
+)
 from kaos_otel._internal_log import internal_error
 from kaos_otel._secrets import (
     REDACTED,
@@ -55,6 +61,9 @@ _NAME_LIKE = re.compile(r"[\w.-]{1,64}")
 """What a pair's first item looks like when it is a name (a header's, a variable's), not text."""
 REDACTION_MARGIN = 256
 """Characters past the size cap still scanned, so that a secret the cap cuts through is masked."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A surrogate code point: Python text may hold one (bytes decoded with ``surrogateescape``, a
+lone ``\\ud83d`` escape in JSON), UTF-8 cannot."""
 
 
 def sdk_value_limit(cap: int) -> int:
@@ -89,6 +98,14 @@ def cap_text(text: str, limit: int, marker: str | None = None) -> str:
     return text[: limit - len(marker)] + marker
 
 
+def _encodable(text: str) -> str:
+    """``text`` with each surrogate replaced by U+FFFD: OTLP strings are UTF-8, and the exporter
+    drops an attribute holding one (logging an error with its traceback for every span)."""
+    if text.isascii() or _SURROGATE.search(text) is None:  # isascii() reads a flag: no scan
+        return text
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def _truncated(text: str, limit: int) -> str:
     """The end of ``text`` cut to ``limit``: how many characters it had past the limit."""
     return f"...[truncated {len(text) - limit} chars]"
@@ -120,6 +137,12 @@ class ContentPolicy:
     """Recent attributes with a short text value, and their cleaned key and value: most of a
     span's attributes (operation, model, agent and tool names, outcomes) repeat on every span."""
 
+    def __post_init__(self) -> None:
+        # a mode given as text or as a bool (as ``capture_content`` takes it) is read as the
+        # variable is: in any case, ``true``/``false``; an unknown one captures nothing (warned once)
+        if not isinstance(self.capture, ContentCapture):
+            object.__setattr__(self, "capture", _capture_content(self.capture, {}))
+
     @property
     def capture_on_spans(self) -> bool:
         """Content may be set on spans."""
@@ -134,9 +157,9 @@ class ContentPolicy:
         if len(text) <= CACHED_TEXT_LENGTH:
             redacted = self._redacted.get(text)
             if redacted is None:
-                redacted = remember(self._redacted, text, self.redactor(text))
+                redacted = remember(self._redacted, text, _encodable(self.redactor(text)))
             return redacted if len(redacted) <= limit else cap_text(redacted, limit, marker)
-        return self._clean_text(text, limit, marker)
+        return _encodable(self._clean_text(text, limit, marker))
 
     def _clean_text(self, text: str, limit: int, marker: str | None) -> str:
         scanned = limit + REDACTION_MARGIN
@@ -313,7 +336,7 @@ class ContentPolicy:
     def _clean_key(self, key: str) -> str:
         """An attribute key with secrets masked (a cache keyed by a credential, say); keys repeat,
         so each is scanned once while it stays in :attr:`_cleaned_keys`."""
-        return remember(self._cleaned_keys, key, self.redactor(key))
+        return remember(self._cleaned_keys, key, _encodable(self.redactor(key)))
 
     def exception_attributes(self, exc: BaseException) -> dict[str, AttributeValue]:
         """``exception.*`` attributes; the message only when content capture is on (otherwise no
@@ -451,10 +474,11 @@ def _exportable_int(value: int) -> int | str:
 def to_log_value(value: object, policy: ContentPolicy) -> AnyValue:
     """A structured value for a log record (OTLP ``AnyValue``): mappings and sequences stay
     structures, strings and bytes are capped as attribute values are, integers beyond 64 bits and
-    other objects become text. A structure deeper or longer than the cleaning layer walks becomes
-    capped JSON text. At most 10,000 values, and keys and strings of the cap's length in all, are
-    kept (the rest is ``"..."``), a structure within itself is ``"<cycle>"``. Secrets are masked
-    on export, as in any log record."""
+    other objects become text. A structure deeper than the cleaning layer walks becomes capped JSON
+    text; a longer one keeps as many items as it walks (255, then ``"..."``): the GenAI event's
+    messages stay structured, as the conventions ask. At most 10,000 values, and keys and strings
+    of the cap's length in all, are kept (the rest is ``"..."``), a structure within itself is
+    ``"<cycle>"``. Secrets are masked on export, as in any log record."""
     return _BoundedWalk(policy).convert(value, 0, None)
 
 
@@ -476,7 +500,14 @@ _MAX_JSON_INT_BITS = 4096
 text (Python refuses to print integers past 4,300 digits)."""
 
 _CUT_SHORT = "...[truncated]"
-"""The end of JSON text whose walk stopped early: how much was left is not known."""
+"""The end of a string cut inside JSON text: how much was left is not known."""
+
+_MORE_JSON = json.dumps(_MORE)
+"""JSON text that stands for a value none of which fits."""
+
+_REFITS = 4
+"""Walks again over what a walk kept, each with less room, before JSON text that does not fit
+the cap is given up for :data:`_MORE_JSON`."""
 
 
 class _BoundedWalk:
@@ -486,7 +517,7 @@ class _BoundedWalk:
     text; for one staying a structure, its keys and strings (the string that reaches the cap is
     cut there)."""
 
-    __slots__ = ("_budget", "_characters", "_cut", "_limit", "_on_path", "_policy", "_scans")
+    __slots__ = ("_budget", "_characters", "_limit", "_on_path", "_policy", "_scans")
 
     def __init__(self, policy: ContentPolicy) -> None:
         self._policy = policy
@@ -495,29 +526,36 @@ class _BoundedWalk:
         self._budget = _MAX_WALKED_VALUES
         self._scans = _MAX_SCANS
         self._on_path: set[int] = set()
-        self._cut = False
 
     def json_text(self, item: object, depth: int) -> str:
-        """``item`` as JSON text no longer than the cap (only what the cap keeps is walked)."""
-        cut_elsewhere, self._cut = self._cut, False
-        flattened = self.convert(item, depth, [self._limit + REDACTION_MARGIN])
-        cut, self._cut = self._cut, self._cut or cut_elsewhere
+        """``item`` as JSON text no longer than the cap (only what the cap keeps is walked), and
+        valid JSON however it is cut (the GenAI conventions' content attributes are JSON): a string
+        the cap cuts ends in ``...[truncated]``, the items a cut leaves out are one ``"..."``."""
+        room = self._limit
+        flattened = self.convert(item, depth, [room])
         text = json.dumps(flattened, default=safe_str, ensure_ascii=False)
-        if not cut:
-            return self._cleaned(text, self._limit, None)
-        room = self._limit - len(_CUT_SHORT)  # cut inside: the end says so, whatever the length
-        if len(text) <= room:
-            return text + _CUT_SHORT
-        if room <= 0:
-            return self._cleaned(text, self._limit, "")
-        return self._cleaned(text, room, "") + _CUT_SHORT
+        for _ in range(_REFITS):
+            if len(text) <= self._limit:
+                break
+            # The walk's count falls short of the text by escapes and closing brackets: what it
+            # kept is walked again, with that much less room or in that proportion (a string of
+            # control characters is six times as long escaped), already cut and cleaned: cheap.
+            room = min(room - 1, max(room - len(text) + self._limit, room * self._limit // len(text)))
+            if room <= 0:
+                break
+            spent, self._budget = self._budget, _MAX_WALKED_VALUES  # what was kept, not walked yet
+            flattened = self.convert(flattened, depth, [room])
+            self._budget = spent
+            text = json.dumps(flattened, default=safe_str, ensure_ascii=False)
+        if len(text) <= self._limit:
+            return text
+        return _MORE_JSON if len(_MORE_JSON) <= self._limit else ""
 
     def convert(self, item: object, depth: int, room: list[int] | None) -> AnyValue:
         """``item`` bounded; ``room``: for a structure becoming text, the characters it may still
         take (every value, key and number takes its share)."""
         self._budget -= 1
         if self._spent(room) or (room is not None and depth >= _MAX_FLATTENED_DEPTH):
-            self._cut = True
             return _MORE
         if item is None or isinstance(item, bool):
             self._take(room, 7)
@@ -544,20 +582,24 @@ class _BoundedWalk:
             return self._cut_to_room(_text_of(item, min(self._limit, room[0])), room)
         if id(item) in self._on_path:
             return "<cycle>"
+        kept: int | None = None  # the items a structure staying one keeps, when not all
         if room is None:
             try:
-                flatten = depth >= _MAX_STRUCTURE_DEPTH or len(item) > _MAX_STRUCTURE_ITEMS
+                deep = depth >= _MAX_STRUCTURE_DEPTH
+                if not deep and len(item) > _MAX_STRUCTURE_ITEMS:
+                    # as many as the cleaning layer walks, the marker included: still a structure
+                    # (the GenAI event's messages must be one, however many)
+                    kept = _MAX_STRUCTURE_ITEMS - 1
             except Exception:  # a __len__ that raises
                 return f"<unreadable {type(item).__name__}>"
-            if flatten:
+            if deep:
                 return self._counted(self.json_text(item, depth))  # what the cleaning layer would not walk
         self._on_path.add(id(item))
         try:
             if isinstance(item, Mapping):
                 mapping: dict[str, AnyValue] = {}
-                for key, member in item.items():
+                for key, member in item.items() if kept is None else islice(item.items(), kept):
                     if self._spent(room):
-                        self._cut = True
                         mapping[_MORE] = _MORE
                         break
                     full = safe_str(key) if room is None and not isinstance(key, bytes) else _key_text(key)
@@ -576,11 +618,13 @@ class _BoundedWalk:
                             if secret
                             else self.convert(member, depth + 1, room)
                         )
+                else:
+                    if kept is not None:
+                        mapping[_MORE] = _MORE
                 return mapping
             members: list[AnyValue] = []
-            for member in item:
+            for member in item if kept is None else islice(item, kept):
                 if self._spent(room):
-                    self._cut = True
                     members.append(_MORE)
                     break
                 if room is not None and self._policy._is_secret_pair(member):
@@ -590,6 +634,9 @@ class _BoundedWalk:
                     )
                 else:
                     members.append(self.convert(member, depth + 1, room))
+            else:
+                if kept is not None:
+                    members.append(_MORE)
             return members
         except Exception:  # a container that cannot be read (its items() or __len__ raises)
             return f"<unreadable {type(item).__name__}>"
@@ -598,15 +645,17 @@ class _BoundedWalk:
 
     def _cut_to_room(self, text: str, room: list[int]) -> str:
         """``text`` as far as the room and the cap keep it, cleaned as it is cut (a secret the cut
-        goes through is masked whole), without a marker of its own: the whole text's end says so.
-        A cut string takes all the room it was given, so a walk cuts (and scans) few of them."""
+        goes through is masked whole), ending in ``...[truncated]`` (inside the string: the JSON
+        text stays valid). A cut string takes all the room it was given, so a walk cuts (and
+        scans) few of them."""
         cap = min(self._limit, room[0])
         if len(text) <= cap:
             self._take(room, len(text) + 4)
             return text
-        self._cut = True
         self._take(room, cap + 4)
-        return self._cleaned(text, cap, "")
+        if cap <= len(_CUT_SHORT):  # a stub ("u" of "user") would say less than the marker
+            return _MORE
+        return self._cleaned(text, cap, _CUT_SHORT)
 
     def _cleaned(self, text: str, cap: int, marker: str | None) -> str:
         """``text`` if within ``cap``, else cleaned as it is cut; past the walk's scan budget, a
@@ -615,7 +664,6 @@ class _BoundedWalk:
             return text
         self._scans -= 1
         if self._scans < 0:
-            self._cut = True
             return _MORE[:cap]
         return self._policy.clean_text(text, cap, marker)
 

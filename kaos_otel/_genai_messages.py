@@ -17,6 +17,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kaos_otel._content import _MAX_WALKED_VALUES
+
 _FINISH_REASONS = {"tool_calls": "tool_call", "function_call": "tool_call"}
 """OpenAI's finish reasons that the conventions spell differently."""
 
@@ -30,6 +32,15 @@ _CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "fu
 """...unless it is a chat role's message with nothing in it (``model_dump(exclude_none=True)`` of
 an empty reply is ``{"role": "assistant"}``)."""
 
+_MAX_CONVERTED = _MAX_WALKED_VALUES // 3 + 1
+"""Messages converted at most: the walk that exports them (span JSON, the event's value) keeps
+10,000 values, at least three of each message (itself, its role, its parts), so it never gets
+past these; the rest are kept as given (a history of 100,000 messages took half a second to
+convert for the 8 KB kept)."""
+
+_ROLES = {"developer": "system", "function": "tool"}
+"""OpenAI's roles that the conventions spell differently (``function``: the legacy call's result)."""
+
 
 def input_messages(value: object) -> object:
     """``gen_ai.input.messages`` from text, one message or a sequence of messages."""
@@ -38,7 +49,7 @@ def input_messages(value: object) -> object:
     messages = _message_list(value, choices=False)
     if messages is None:
         return value
-    return [_message(message) for message, _ in messages]
+    return [_message(message) for message, _ in messages] + _not_converted(value)
 
 
 def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object:
@@ -78,7 +89,13 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
                 reason = "tool_call" if calls else "stop"
             message["finish_reason"] = _FINISH_REASONS.get(str(reason), str(reason))
         converted.append(message)
-    return converted
+    return converted + _not_converted(value)
+
+
+def _not_converted(value: object) -> list[Any]:
+    """The messages past :data:`_MAX_CONVERTED`, as given: no export walks them, but they are
+    there for the walk to say that it left some out."""
+    return list(value[_MAX_CONVERTED:]) if isinstance(value, list | tuple) else []
 
 
 def _field(item: object, name: str) -> Any:
@@ -179,14 +196,14 @@ _Found = tuple[Mapping[str, Any], Mapping[str, Any] | None]
 
 def _message_list(value: object, *, choices: bool) -> list[_Found] | None:
     """The messages in ``value`` (with ``choices``, also held by choices), each dumped once, when
-    every item is one, else ``None`` (kept as given)."""
+    every item is one, else ``None`` (kept as given); at most :data:`_MAX_CONVERTED`."""
     items = [value] if isinstance(value, Mapping) else value
     if not isinstance(items, list | tuple):
         items = [items] if hasattr(items, "model_dump") else None
     if items is None:
         return None
     found: list[_Found] = []
-    for item in items:
+    for item in items[:_MAX_CONVERTED]:
         item = _dumped(item)
         if not isinstance(item, Mapping):
             return None
@@ -218,8 +235,10 @@ def _message(message: Mapping[str, Any], default_role: str = "user") -> Mapping[
     if "parts" in message:
         return message
     role = message.get("role") or default_role
+    if not isinstance(role, str):
+        role = str(role)
     parts: list[dict[str, Any]] = []
-    if role == "tool":
+    if role in ("tool", "function"):  # a tool's result; the legacy call's has a name and no id
         parts.append(
             {
                 "type": "tool_call_response",
@@ -238,7 +257,7 @@ def _message(message: Mapping[str, Any], default_role: str = "user") -> Mapping[
         for call in calls:
             if isinstance(call, Mapping):
                 parts.append(_tool_call(call))
-    converted: dict[str, Any] = {"role": "system" if role == "developer" else str(role), "parts": parts}
+    converted: dict[str, Any] = {"role": _ROLES.get(role, role), "parts": parts}
     if isinstance(message.get("name"), str):
         converted["name"] = message["name"]
     return converted
@@ -265,7 +284,13 @@ def _content_part(part: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "text" and "text" in part:
         return _text(part["text"])
     if kind == "image_url" and isinstance(part.get("image_url"), Mapping):
-        return {"type": "uri", "modality": "image", "uri": part["image_url"].get("url")}
+        url = part["image_url"].get("url")
+        if isinstance(url, str) and url.startswith("data:"):  # the conventions want a blob part for it
+            header, encoded, data = url.partition(";base64,")
+            if encoded:
+                mime_type = header[5:].split(";", 1)[0] or None
+                return {"type": "blob", "modality": "image", "mime_type": mime_type, "content": data}
+        return {"type": "uri", "modality": "image", "uri": url}
     if kind == "input_audio" and isinstance(part.get("input_audio"), Mapping):
         audio = part["input_audio"]
         return {
@@ -283,7 +308,9 @@ def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
         function = call
     arguments = function.get("arguments")
     if isinstance(arguments, str):
-        with contextlib.suppress(ValueError):  # text that is not JSON stays as the model wrote it
+        # text that is not JSON stays as the model wrote it, and so does JSON nested too deep for
+        # the parser (a RecursionError, a thousand levels in)
+        with contextlib.suppress(ValueError, RecursionError):
             arguments = json.loads(arguments)
     return {"type": "tool_call", "id": call.get("id"), "name": function.get("name"), "arguments": arguments}
 

@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.util.types import AnyValue
 
-from kaos_otel import ContentCapture, KaosOtelManager, catalog
+from kaos_otel import AgentTelemetry, ContentCapture, KaosOtelManager, catalog
 from kaos_otel._content import (
     CACHED_TEXTS,
     REDACTED,
@@ -489,16 +491,23 @@ def test_a_long_structure_costs_what_its_cap_keeps() -> None:
     history = [{"role": "user", "content": _CountedText()} for _ in range(100_000)]
     text = to_attribute_value(history, policy)
     assert isinstance(text, str) and len(text) <= 1000
-    assert text.endswith("...[truncated]")
+    kept = json.loads(text)  # still JSON: the messages past the cut are one "..."
+    assert kept[0] == {"role": "user", "content": "content"} and kept[-1] == "..."
     assert _CountedText.made < 200
 
 
-def test_a_structure_walked_whole_says_how_much_its_cut_removed() -> None:
+def test_a_structure_whose_text_passes_the_cap_is_cut_inside_and_stays_json() -> None:
+    """The walk's count falls short of the text (closing brackets, escapes): what it kept is cut
+    again, inside the structure, until its JSON text fits."""
     policy = ContentPolicy(max_value_length=1000)
-    records = [{"id": index} for index in range(90)]  # about 1,170 characters of JSON: walked whole
+    records = [{"id": index} for index in range(90)]  # about 1,170 characters of JSON
     text = to_attribute_value(records, policy)
     assert isinstance(text, str) and len(text) <= 1000
-    assert text.endswith(f"...[truncated {len(json.dumps(records)) - 1000} chars]")
+    kept = json.loads(text)
+    assert kept[:-1] == records[: len(kept) - 1] and kept[-1] == "..." and len(kept) > 70
+    quotes = to_attribute_value({"q": '"' * 5000, "n": 1}, policy)  # each quote is two characters escaped
+    assert isinstance(quotes, str) and len(quotes) <= 1000
+    assert json.loads(quotes)["q"].endswith('"...[truncated]') and len(json.loads(quotes)["q"]) > 400
 
 
 def test_a_long_log_value_is_walked_only_as_far_as_it_is_kept() -> None:
@@ -512,32 +521,34 @@ def test_a_long_log_value_is_walked_only_as_far_as_it_is_kept() -> None:
                 yield item
 
     value = to_log_value({"numbers": CountingList(range(1_000_000))}, ContentPolicy(max_value_length=1000))
-    assert isinstance(value, dict) and isinstance(value["numbers"], str) and len(value["numbers"]) <= 1000
-    assert walked <= 1_000  # the characters the cap keeps stopped it, not the 10,000-value budget
+    assert value == {"numbers": [*range(255), "..."]}  # a structure still, of what the export layer walks
+    assert walked <= 1_000
 
 
 def test_attribute_json_writes_keys_and_numbers_as_json_does_and_cuts_bytes_like_text() -> None:
     policy = ContentPolicy(max_value_length=1000)
     odd_keys = {None: 1, True: 2, 1.5: 3, "big": 2**70}
     assert to_attribute_value(odd_keys, policy) == json.dumps(odd_keys)
-    blobs = to_attribute_value([b"\0" * 100_000] * 10_000, policy)
-    assert isinstance(blobs, str) and len(blobs) <= 1000 and blobs.endswith("...[truncated]")
+    blobs = to_attribute_value([b"\0" * 100_000] * 10_000, policy)  # six characters each, escaped
+    assert isinstance(blobs, str) and len(blobs) <= 1000
+    first, *rest = json.loads(blobs)
+    assert first.startswith("\0" * 100) and first.endswith("...[truncated]") and rest == ["..."]
 
 
 def test_a_secret_a_cut_inside_json_text_goes_through_is_masked_whole() -> None:
-    """A string cut where the cap's room runs out is cleaned as it is cut, and the text says it
-    was cut even when what is left fits under the cap."""
+    """A string cut where the cap's room runs out is cleaned as it is cut, and says it was cut
+    even when what is left fits under the cap."""
     policy = ContentPolicy(max_value_length=200)
     url = "https://admin:Sup3rS3cretPassw0rd@db.example/x"
     for cut_at in range(150, 200, 7):  # the cut falls before, inside and after the password
         text = to_attribute_value(["a" * cut_at + " " + url + " " + "b" * 400, 1], policy)
         assert isinstance(text, str) and len(text) <= 200
         assert "Sup3r" not in str(policy.clean_attribute("messages", text)), cut_at
-        assert text.endswith("...[truncated]"), text
+        assert json.loads(text)[0].endswith("...[truncated]"), text
     many_numbers = to_attribute_value(
         {"ids": [2**62 + i for i in range(200)], "note": "n" * 9000}, ContentPolicy()
     )
-    assert isinstance(many_numbers, str) and many_numbers.endswith("...[truncated]")
+    assert isinstance(many_numbers, str) and json.loads(many_numbers)["note"].endswith("n...[truncated]")
 
 
 def test_a_secret_the_scan_window_cuts_is_not_kept_when_masking_shortened_the_text() -> None:
@@ -609,9 +620,14 @@ def test_a_long_set_deque_or_dict_view_costs_what_its_cap_keeps() -> None:
     for value in long_values:
         _CountedText.made = 0
         text = to_attribute_value(value, policy)
-        assert isinstance(text, str) and text.startswith('["content", ') and text.endswith("...[truncated]")
+        assert (
+            isinstance(text, str) and text.startswith('["content", ') and text.endswith('"content", "..."]')
+        )
         logged = to_log_value({"items": value}, policy)
-        assert isinstance(logged, dict) and isinstance(logged["items"], str) and len(logged["items"]) <= 1000
+        assert isinstance(logged, dict) and isinstance(logged["items"], list)
+        assert logged["items"][-1] == "..." and len(str(logged["items"])) <= 2000  # strings within the cap
+        cleaned = policy.clean_attribute("items", logged["items"])
+        assert isinstance(cleaned, tuple) and list(cleaned) == logged["items"]  # walked, not flattened
         assert _CountedText.made < 400, type(value)
 
 
@@ -806,3 +822,54 @@ def test_pairs_in_a_list_made_json_text_are_masked() -> None:
     text = ContentPolicy().clean_attribute("env", pairs + filler)
     assert isinstance(text, str) and "S3cretV4lue" not in text
     assert text.startswith('[["session.token.1", "[REDACTED]"], ["token.new", "[REDACTED]"], ["k", 0]')
+
+
+def test_text_holding_a_surrogate_reaches_the_receiver(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A prompt read with ``surrogateescape`` or tool arguments with a lone ``\\ud83d`` escape hold
+    a surrogate, which UTF-8 cannot encode: the OTLP exporter dropped the whole attribute (and
+    logged a traceback for each). Each surrogate is exported as U+FFFD."""
+    otel = make_otel(environ={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_AND_EVENT"})
+    prompt = marker("prompt") + b" caf\xe9".decode("utf-8", "surrogateescape")
+    call = {"id": "c1", "function": {"name": "lookup", "arguments": '{"q": "\\ud83d"}'}}
+    with otel.model_call("assistant", "gpt-4o-mini") as model:
+        model.record_messages(prompt, [{"role": "assistant", "tool_calls": [call]}])
+        model.set_attribute("app.note", {"caf\udce9": ["\ud83d", "ok"]})
+    flush(otel, otlp_receiver, spans=1, logs=1)
+    chat = only_span(otlp_receiver, "chat gpt-4o-mini")
+    assert prompt.replace("\udce9", "\ufffd") in chat.attributes[catalog.GEN_AI_INPUT_MESSAGES]
+    assert '"arguments": {"q": "\ufffd"}' in chat.attributes[catalog.GEN_AI_OUTPUT_MESSAGES]
+    assert chat.attributes["app.note"] == '{"caf\ufffd": ["\ufffd", "ok"]}'
+    (event,) = otlp_receiver.logs()
+    assert prompt.replace("\udce9", "\ufffd") in str(event.attributes[catalog.GEN_AI_INPUT_MESSAGES])
+    assert "\ufffd" in str(event.attributes[catalog.GEN_AI_OUTPUT_MESSAGES])
+    policy = ContentPolicy()
+    assert policy.clean_attributes({"k\udce9": "\udce9" + "x" * 9000}) == {
+        "k\ufffd": policy.clean_text("\ufffd" + "x" * 9000, policy.max_value_length)
+    }
+
+
+@pytest.mark.parametrize(
+    ("given", "capture"),
+    [
+        ("span_only", ContentCapture.SPAN_ONLY),
+        (" EVENT_ONLY ", ContentCapture.EVENT_ONLY),
+        ("true", ContentCapture.SPAN_AND_EVENT),
+        (True, ContentCapture.SPAN_AND_EVENT),
+        (False, ContentCapture.NO_CONTENT),
+        ("False", ContentCapture.NO_CONTENT),
+        ("spans please", ContentCapture.NO_CONTENT),
+        (None, ContentCapture.NO_CONTENT),
+    ],
+)
+def test_a_policy_reads_a_mode_given_as_text_or_a_bool_as_the_variable_is(
+    given: object, capture: ContentCapture
+) -> None:
+    """``ContentPolicy("SPAN_ONLY")`` or ``ContentPolicy(True)`` (as ``capture_content`` takes it)
+    failed with an AttributeError when the telemetry was built; an unknown mode captures nothing."""
+    policy = ContentPolicy(given)  # type: ignore[arg-type]
+    assert policy.capture is capture
+    otel = AgentTelemetry.from_providers(TracerProvider(), MeterProvider(), policy=policy)
+    with otel.model_call("assistant", "gpt-4o-mini") as call:
+        call.record_messages("hi", "hello")

@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletionChunk
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import agent_spec, otlp_env
 from kaos_otel import ContentCapture, KaosOtelManager, _genai_messages, catalog
-from kaos_otel._content import ContentPolicy, to_log_value
+from kaos_otel._content import ContentPolicy, to_attribute_value, to_log_value
 from kaos_otel.receiver import OtlpReceiver
 
 MakeOtel = Callable[..., KaosOtelManager]
@@ -341,13 +341,13 @@ def test_event_values_are_bounded_as_attribute_values_are() -> None:
         assert isinstance(one, dict)
         value.update(one)
     assert len(value["text"]) < 200 and value["big"] == str(2**70)
-    assert isinstance(value["many"], str) and len(value["many"]) < 200  # beyond 256 items: capped JSON text
+    assert value["many"] == [1] * 255 + ["..."]  # beyond 256 items: as many as the cleaning layer walks
     assert isinstance(value["cyclic"], dict) and isinstance(value["obj"], str)
     assert str(2**70) in str(value["deep"]) and f"({2**70}" not in str(value["deep"])  # text, not an int
     assert "tuple" in str(value["deep"])
     assert str(to_log_value(shared, policy)).count("1") <= 10_000
-    wide = [[[1] * 257] * 257] * 257  # past 256 items: text, which the walk bounds all the same
-    assert len(str(to_log_value(wide, policy))) < 1_000
+    wide = [[[1] * 257] * 257] * 257  # past 256 items: 255 and a marker, within the 10,000 values
+    assert str(to_log_value(wide, policy)).count("1") <= 10_000
 
 
 def test_the_event_repeats_the_call_even_when_the_span_is_not_sampled(
@@ -435,3 +435,109 @@ def test_a_streamed_completion_is_recorded_from_its_chunks() -> None:
     (message,) = _valid(catalog.GEN_AI_OUTPUT_MESSAGES, json.dumps(_genai_messages.output_messages(legacy)))
     assert message["parts"] == [{"type": "tool_call", "id": None, "name": "add", "arguments": {"a": 1}}]
     assert message["finish_reason"] == "tool_call"
+
+
+def test_tool_arguments_nested_too_deep_to_parse_stay_text_and_the_rest_is_converted() -> None:
+    """Arguments a model nested past the JSON parser's recursion limit raised a RecursionError,
+    which left every output message in the OpenAI shape."""
+    deep = "[" * 100_000 + "]" * 100_000
+    reply = {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": deep}}]}
+    (message,) = _valid(catalog.GEN_AI_OUTPUT_MESSAGES, json.dumps(_genai_messages.output_messages([reply])))
+    assert message["parts"] == [{"type": "tool_call", "id": "c1", "name": "f", "arguments": deep}]
+
+
+def test_a_legacy_function_result_is_a_tool_call_response() -> None:
+    """The legacy ``function_call`` is a tool call part: its result (role ``function``) is the
+    tool call's response, as a ``tool`` message's is, not text of a role the conventions lack."""
+    converted = _genai_messages.input_messages(
+        [
+            {"role": "assistant", "function_call": {"name": "weather", "arguments": '{"city": "Oslo"}'}},
+            {"role": "function", "name": "weather", "content": "sunny"},
+        ]
+    )
+    call, result = _valid(catalog.GEN_AI_INPUT_MESSAGES, json.dumps(converted))
+    assert call["parts"] == [
+        {"type": "tool_call", "id": None, "name": "weather", "arguments": {"city": "Oslo"}}
+    ]
+    assert result == {
+        "role": "tool",
+        "parts": [{"type": "tool_call_response", "id": None, "response": "sunny"}],
+        "name": "weather",
+    }
+
+
+def test_messages_the_cap_cuts_are_still_json(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:
+    """The conventions' message attributes are JSON: one the cap cuts was JSON text cut in the
+    middle of a string, with ``...[truncated]`` after it, which no reader could parse."""
+    otel = make_otel(environ={CAPTURE: "SPAN_ONLY", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "600"})
+    history = [{"role": "system", "content": "You are terse."}] + [
+        {"role": "user", "content": f'line {index}: "quoted"\n\tcafé 😀 ' * 20} for index in range(50)
+    ]
+    reply = {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]}
+    with otel.model_call("assistant", "gpt-4o-mini") as call:
+        call.record_messages(history, [{"role": "assistant", "content": "é" * 5000}, reply])
+    assert otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) >= 1, 10)
+    (span,) = otlp_receiver.spans()
+    sent = span.attributes[catalog.GEN_AI_INPUT_MESSAGES]
+    assert isinstance(sent, str) and len(sent) <= 600
+    system, user, *rest = json.loads(sent)
+    assert system == {"role": "system", "parts": [{"type": "text", "content": "You are terse."}]}
+    assert user["parts"][0]["content"].endswith("...[truncated]") and rest == ["..."]
+    answer, *more = json.loads(span.attributes[catalog.GEN_AI_OUTPUT_MESSAGES])
+    assert answer["parts"][0]["content"].startswith("é" * 100) and more == ["..."]
+
+
+def test_a_long_history_is_converted_only_as_far_as_an_export_can_keep_it() -> None:
+    """A history of 50,000 messages was converted whole (half a second on the request thread) for
+    the few kilobytes the cap keeps; what is exported is the same."""
+    dumped = 0
+
+    class Counted(_SdkMessage):
+        def model_dump(self, exclude_none: bool = False) -> dict[str, object]:
+            nonlocal dumped
+            dumped += 1
+            return super().model_dump(exclude_none)
+
+    history = [Counted(role="user", content="") for _ in range(50_000)]
+    converted = _genai_messages.input_messages(history)
+    assert isinstance(converted, list) and len(converted) == len(history)
+    assert dumped <= 4_000
+    whole = [_genai_messages._message(message.fields) for message in history]
+    for cap in (8192, 10_000_000):
+        policy = ContentPolicy(max_value_length=cap)
+        assert to_attribute_value(converted, policy) == to_attribute_value(whole, policy)
+        assert to_log_value(converted, policy) == to_log_value(whole, policy)
+
+
+def test_the_event_keeps_a_long_conversation_structured(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """The conventions want the event's messages structured: past 256 messages they were sent as
+    one JSON string. They stay a structure, of as many messages as the cleaning layer walks."""
+    otel = make_otel(environ={CAPTURE: "EVENT_ONLY"})
+    history = [{"role": "user", "content": f"m{index}"} for index in range(300)]
+    with otel.model_call("assistant", "gpt-4o-mini") as call:
+        call.record_messages(history, "ok")
+    _flushed(otel, otlp_receiver, logs=1)
+    (event,) = otlp_receiver.logs()
+    sent = event.attributes[catalog.GEN_AI_INPUT_MESSAGES]
+    assert isinstance(sent, list | tuple) and len(sent) == 256 and sent[-1] == "..."
+    kept = _valid(catalog.GEN_AI_INPUT_MESSAGES, list(sent[:-1]))
+    assert kept[254] == {"role": "user", "parts": [{"type": "text", "content": "m254"}]}
+
+
+def test_an_image_sent_inline_is_a_blob_part() -> None:
+    """The conventions' ``uri`` part "should not be a base64 data URL, which should use the blob
+    part instead": OpenAI's usual way to send an image inline was recorded as a ``uri``."""
+    image = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;name=a.png;base64,iVBORw0KGgo=", "detail": "low"},
+    }
+    linked = {"type": "image_url", "image_url": {"url": "https://example.test/cat.png"}}
+    converted = _genai_messages.input_messages([{"role": "user", "content": [image, linked]}])
+    (message,) = _valid(catalog.GEN_AI_INPUT_MESSAGES, json.dumps(converted))
+    assert message["parts"] == [
+        {"type": "blob", "modality": "image", "mime_type": "image/png", "content": "iVBORw0KGgo="},
+        {"type": "uri", "modality": "image", "uri": "https://example.test/cat.png"},
+    ]
