@@ -73,6 +73,8 @@ class RunResult:
     outcome: Outcome
     steps: int
     usage: Usage
+    tools_unavailable: bool = False
+    """Whether a model call of the run was not offered the tools of an MCP server not connected."""
 
 
 @contextmanager
@@ -158,8 +160,8 @@ class Agent:
 
         With memory on, the run recalls at ``memory_scope`` before its first model call and
         appends the last user message and the answer to the session after a successful answer.
-        An answer without part of the memory, or begun while an MCP server is not connected (its
-        tools not offered), ends ``degraded``.
+        An answer without part of the memory, or one a model call of which was not offered the
+        tools of an MCP server not connected, ends ``degraded``.
         """
         config = self.config
         self._otel.register_known_names(
@@ -176,7 +178,6 @@ class Agent:
         )
         with run:
             _log.info("run started (%d messages, self-initiated=%s)", len(messages), identity.self_initiated)
-            unreachable = len(self._toolbox.pending)  # MCP servers whose tools the model is not offered
             try:
                 async with asyncio.timeout(config.max_runtime_s):
                     context, remembered = await self._recall(messages, identity, memory_scope)
@@ -192,9 +193,9 @@ class Agent:
             elif not remembered:
                 run.set_outcome(Outcome.DEGRADED, "memory_unavailable")
                 _log.warning("run answered without part of its memory")
-            elif unreachable:
+            elif result.tools_unavailable:
                 run.set_outcome(Outcome.DEGRADED, "tools_unavailable")
-                _log.warning("run answered without the tools of %d MCP server(s) not connected", unreachable)
+                _log.warning("run answered without the tools of an MCP server not connected")
             _log.info("run finished after %d steps", result.steps)
             if deliver is not None:
                 await deliver(result)
@@ -234,15 +235,18 @@ class Agent:
         conversation = [ChatMessage(role="system", content=config.instructions), *messages]
         usage = Usage()
         tool_calls = 0
+        tools_unavailable = False
         for step in range(1, config.max_steps + 1):
             with self._otel.agent_step(run, step):
                 tools = self.tool_definitions()  # what the model may ask for in this step
+                tools_unavailable = tools_unavailable or bool(self._toolbox.pending)
                 completion = await self._call_model(conversation, tools, on_delta, conversation_id)
                 usage = _add_usage(usage, completion.usage)
                 conversation.append(completion.message)
                 if not completion.message.tool_calls:
                     reason = _answer_finish_reason(completion.finish_reason)
-                    return RunResult(completion.message.text(), reason, Outcome.SUCCESS, step, usage)
+                    text = completion.message.text()
+                    return RunResult(text, reason, Outcome.SUCCESS, step, usage, tools_unavailable)
                 for call in completion.message.tool_calls:
                     if tool_calls >= config.max_tool_calls:
                         text = f"Stopped: tool-call budget of {config.max_tool_calls} used up."

@@ -71,10 +71,6 @@ class ModelClient:
                 if response.status_code >= 400:
                     await response.aread()
                     _raise_for_status(response, self._api_key)
-                if _media_type(response) == "application/json":  # an endpoint that does not stream
-                    await response.aread()
-                    whole = _parse_completion(response.json(), model)
-                    return _delivered_whole(whole, on_delta, on_first_chunk)
                 return await _read_stream(response, model, on_delta, on_first_chunk, self._api_key)
         except httpx.HTTPError as exc:
             raise ModelError(f"model request failed: {type(exc).__name__}", type(exc).__name__) from exc
@@ -101,11 +97,6 @@ def _masked(message: str, api_key: str | None) -> str:
         message = message.replace(api_key, REDACTED)
     message = default_redactor(message)
     return message if len(message) <= _MAX_ERROR_CHARS else message[:_MAX_ERROR_CHARS] + "..."
-
-
-def _media_type(response: httpx.Response) -> str:
-    media_type: str = response.headers.get("content-type", "")
-    return media_type.partition(";")[0].strip().lower()
 
 
 def _delivered_whole(
@@ -142,8 +133,11 @@ async def _read_stream(
     on_first_chunk: Callable[[], None] | None,
     api_key: str | None,
 ) -> Completion:
-    """Assemble a streamed completion (content, tool-call fragments by index, usage)."""
+    """Assemble a streamed completion (content, tool-call fragments by index, usage); a body
+    without a single ``data:`` line is read as a whole completion (an endpoint that does not
+    stream), whatever its content type says."""
     content: list[str] = []
+    whole: list[str] | None = []  # the lines, until the first event shows it is a stream
     calls: dict[object, dict[str, str]] = {}  # by index, or by id from a server that sends none
     last_call: object = 0
     finish_reason = "stop"
@@ -151,7 +145,10 @@ async def _read_stream(
     completion_id, response_model = "", model
     async for line in response.aiter_lines():
         if not line.startswith("data:"):
+            if whole is not None:
+                whole.append(line)
             continue
+        whole = None
         data = line[len("data:") :].strip()
         if data == "[DONE]":
             break
@@ -185,6 +182,9 @@ async def _read_stream(
                 call["name"] += function.get("name") or ""
                 call["arguments"] += function.get("arguments") or ""
             finish_reason = choice.get("finish_reason") or finish_reason
+    if whole is not None:  # no event at all: an answer in one body, or nothing usable (ValueError)
+        completion = _parse_completion(json.loads("\n".join(whole)), model)
+        return _delivered_whole(completion, on_delta, on_first_chunk)
     indexes = [key for key in calls if isinstance(key, int)]
     ordered = [calls[key] for key in sorted(indexes)] if len(indexes) == len(calls) else list(calls.values())
     tool_calls = [

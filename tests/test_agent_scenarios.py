@@ -493,6 +493,58 @@ async def test_a_run_begun_without_a_connected_mcp_server_ends_degraded(
     assert (run.attributes[catalog.ERROR_TYPE], run.status_code) == ("tools_unavailable", "UNSET")
 
 
+class _DroppingToolbox(_Toolbox):
+    """``echo``'s server connected until its first call, then gone (or, with ``late``, not
+    connected at first and connected by the first model call)."""
+
+    def __init__(self, *, late: bool) -> None:
+        super().__init__()
+        self.late = late
+        self.connected = not late
+
+    @property
+    def pending(self) -> list[str]:
+        return [] if self.connected else ["http://mcp.invalid"]
+
+    def tools(self) -> dict[str, McpTool]:
+        return super().tools() if self.connected else {}
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> str:
+        self.connected = self.late
+        return await super().call(name, arguments)
+
+
+@pytest.mark.parametrize("late", [False, True])
+async def test_degraded_says_whether_a_model_call_went_without_a_servers_tools(
+    make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver, late: bool
+) -> None:
+    """What decides ``tools_unavailable`` is what each model call was offered: a server lost after
+    the first step degrades the run; one connected by the first model call (memory recall can take
+    seconds) does not (before: the state when the run began decided both ways wrong)."""
+    otel = make_otel()
+    toolbox = _DroppingToolbox(late=late)
+    call = {"id": "call_1", "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+    endpoint = _scripted(({"role": "assistant", "tool_calls": [call]}, "tool_calls"))
+    async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as http:
+        agent = _in_process_agent(otel, http, toolbox)
+        if late:
+            original = agent._recall
+
+            async def recall_then_connect(*args: Any) -> Any:
+                recalled = await original(*args)
+                toolbox.connected = True
+                return recalled
+
+            agent._recall = recall_then_connect  # type: ignore[method-assign,assignment]
+        result = await agent.run([ChatMessage(role="user", content="hi")], Identity(user_id="u"))
+    assert (result.content, toolbox.calls) == ("done", [("echo", {})])
+    assert result.tools_unavailable is not late
+    otel.force_flush(5)
+    assert otlp_receiver.wait_for(lambda r: any(s.name == "invoke_agent solo" for s in r.spans()), timeout=10)
+    (run,) = _named(otlp_receiver.spans(), "invoke_agent solo")
+    assert run.attributes[catalog.KAOS_OUTCOME] == ("success" if late else "degraded")
+
+
 class _OneChunkModel(ModelClient):
     """A model that answers ``Hello.`` in one streamed chunk."""
 

@@ -282,14 +282,19 @@ def test_the_otlp_exporters_own_warnings_do_not_show_url_credentials(
     assert token not in caplog.text
 
 
-async def test_a_model_endpoint_that_does_not_stream_still_answers_a_streaming_call() -> None:
-    """An endpoint that ignores ``stream`` and answers one JSON body: its answer is passed on as
-    one chunk (before: an empty answer, reported as a success)."""
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", None])
+async def test_a_model_endpoint_that_does_not_stream_still_answers_a_streaming_call(
+    content_type: str | None,
+) -> None:
+    """An endpoint that ignores ``stream`` and answers one JSON body (whatever its content type
+    says): its answer is passed on as one chunk (before: an empty answer, reported as a success)."""
 
     def endpoint(request: httpx.Request) -> httpx.Response:
         choice = {"index": 0, "message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}
         usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
-        return httpx.Response(200, json={"id": "c-1", "model": "m", "choices": [choice], "usage": usage})
+        body = json.dumps({"id": "c-1", "model": "m", "choices": [choice], "usage": usage}, indent=1)
+        headers = {"content-type": content_type} if content_type else {}
+        return httpx.Response(200, content=body.encode(), headers=headers)
 
     deltas: list[str] = []
     first_chunks: list[bool] = []
@@ -304,3 +309,33 @@ async def test_a_model_endpoint_that_does_not_stream_still_answers_a_streaming_c
         )
     assert (completion.message.content, completion.id, completion.usage.total_tokens) == ("whole", "c-1", 4)
     assert deltas == ["whole"] and first_chunks == [True]
+
+
+@pytest.mark.parametrize("body", [b"", b"event: ping\n\n", b"<html>busy</html>"])
+async def test_a_streaming_answer_without_events_or_a_completion_is_a_malformed_response(body: bytes) -> None:
+    """No ``data:`` event and no completion in the body is an error, not an empty success."""
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    async with httpx.AsyncClient(transport=transport) as http:
+        client = ModelClient("http://model.invalid/v1", http, None)
+        with pytest.raises(ModelError) as raised:
+            await client.complete("m", [ChatMessage(role="user", content="hi")], (), lambda text: None)
+    assert raised.value.reason == "malformed_response"
+
+
+async def test_a_stream_labelled_json_is_still_read_as_a_stream() -> None:
+    """A proxy that labels the event stream ``application/json``: the events are what count."""
+    chunk = {"id": "c-2", "model": "m", "choices": [{"index": 0, "delta": {"content": "Hel"}}]}
+    last = {
+        "id": "c-2",
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}],
+    }
+    body = f"data: {json.dumps(chunk)}\n\ndata: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode()
+    transport = httpx.MockTransport(
+        lambda request: httpx.Response(200, content=body, headers={"content-type": "application/json"})
+    )
+    deltas: list[str] = []
+    async with httpx.AsyncClient(transport=transport) as http:
+        client = ModelClient("http://model.invalid/v1", http, None)
+        completion = await client.complete("m", [ChatMessage(role="user", content="hi")], (), deltas.append)
+    assert (completion.message.content, deltas) == ("Hello", ["Hel", "lo"])
