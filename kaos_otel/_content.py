@@ -532,19 +532,24 @@ class _BoundedWalk:
         valid JSON however it is cut (the GenAI conventions' content attributes are JSON): a string
         the cap cuts ends in ``...[truncated]``, the items a cut leaves out are one ``"..."``."""
         room = self._limit
-        flattened = self.convert(item, depth, [room])
+        left = [room]
+        flattened = self.convert(item, depth, left)
         text = json.dumps(flattened, default=safe_str, ensure_ascii=False)
         for _ in range(_REFITS):
             if len(text) <= self._limit:
                 break
             # The walk's count falls short of the text by escapes and closing brackets: what it
-            # kept is walked again, with that much less room or in that proportion (a string of
-            # control characters is six times as long escaped), already cut and cleaned: cheap.
-            room = min(room - 1, max(room - len(text) + self._limit, room * self._limit // len(text)))
+            # kept is walked again with less room than it counted, by the excess or in proportion
+            # (a string of control characters is six times as long escaped), whichever keeps
+            # more; it is already cut and cleaned: cheap.
+            used = room - max(left[0], 0)  # what the walk counted of the room it was given
+            excess = len(text) - self._limit
+            room = min(used - 1, max(used - excess, used * self._limit // len(text)))
             if room <= 0:
                 break
             spent, self._budget = self._budget, _MAX_WALKED_VALUES  # what was kept, not walked yet
-            flattened = self.convert(flattened, depth, [room])
+            left = [room]
+            flattened = self.convert(flattened, depth, left)
             self._budget = spent
             text = json.dumps(flattened, default=safe_str, ensure_ascii=False)
         if len(text) <= self._limit:

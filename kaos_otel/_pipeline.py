@@ -227,6 +227,8 @@ class ExportPipeline:
         self._batches: list[SpanBatchProcessor | LogBatchProcessor] = []
         self._abandons: list[Callable[[], int]] = []
         self._shutdown_done = False
+        self._shutdown_finished = threading.Event()
+        self._shutdown_result = True
         self._lock = threading.Lock()
         self.tracer_provider: trace.TracerProvider = trace.NoOpTracerProvider()
         self.meter_provider: metrics.MeterProvider = metrics.NoOpMeterProvider()
@@ -612,12 +614,18 @@ class ExportPipeline:
         """Export everything buffered, on the providers in use (the host's too); returns within
         ``timeout`` seconds even if the collector hangs.
 
-        After :meth:`shutdown`, nothing: the shutdown exported what was buffered, and a stopped
+        After (or during) :meth:`shutdown`, it waits for the shutdown, whose result it returns,
+        and flushes only the providers still running (another manager's, the host's): a stopped
         exporter would refuse (and the loss account count again) the metric totals it already sent.
         """
-        if self._shutdown_done:
-            return True
-        return _flush(self._in_use, _bounded(timeout))
+        timeout = _bounded(timeout)
+        if not self._shutdown_done:
+            return _flush(self._in_use, timeout)
+        deadline = time.monotonic() + timeout
+        if not self._shutdown_finished.wait(timeout):
+            return False
+        running = [p for p in self._in_use if _sdk_provider(p) not in _SHUT_DOWN_PROVIDERS]
+        return _flush(running, max(0.0, deadline - time.monotonic())) and self._shutdown_result
 
     def shutdown(self, timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> bool:
         """Flush and stop the providers kaos-otel built, with a hard deadline; safe to call twice.
@@ -631,6 +639,13 @@ class ExportPipeline:
             if self._shutdown_done:
                 return True
             self._shutdown_done = True
+        try:
+            self._shutdown_result = self._stop(timeout)
+        finally:
+            self._shutdown_finished.set()
+        return self._shutdown_result
+
+    def _stop(self, timeout: float) -> bool:
         in_use = [_sdk_provider(provider) for provider in self._in_use]
         with _USERS_LOCK:
             for provider in in_use:

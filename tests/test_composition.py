@@ -153,6 +153,28 @@ os._exit(0)  # no exit-time flush: only second.force_flush can have exported the
     assert [span.name for span in otlp_receiver.spans()] == ["from-second"]
 
 
+def test_a_shut_down_manager_still_flushes_the_shared_providers_another_one_runs(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    """After the second manager's shutdown the first keeps the providers running: the second's
+    ``force_flush`` still exports what they hold (it returned ``True`` having sent nothing)."""
+    result = run_python(
+        SHARED
+        + """
+assert second.shutdown(5) is True
+with second.span("after-second-shutdown"):
+    pass
+assert second.force_flush(5) is True
+os._exit(0)
+""",
+        TEST_ENDPOINT=otlp_receiver.grpc_endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="600000",
+        OTEL_METRIC_EXPORT_INTERVAL="600000",
+    )
+    assert result.returncode == 0, result.stderr
+    assert [span.name for span in otlp_receiver.spans()] == ["after-second-shutdown"]
+
+
 def test_a_second_manager_shutdown_leaves_the_shared_providers_to_their_owner(
     otlp_receiver: OtlpReceiver,
 ) -> None:

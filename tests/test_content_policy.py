@@ -510,6 +510,18 @@ def test_a_structure_whose_text_passes_the_cap_is_cut_inside_and_stays_json() ->
     assert json.loads(quotes)["q"].endswith('"...[truncated]') and len(json.loads(quotes)["q"]) > 400
 
 
+@pytest.mark.parametrize("lines", [440, 460, 480])
+def test_text_the_walk_counted_under_the_cap_is_refitted_not_given_up(lines: int) -> None:
+    """Escapes (``\\n``, quotes) take the JSON text of a walk that cut nothing over the cap: it is
+    walked again with less room than it counted (460 lines of code became ``"..."``: the room was
+    shrunk from the cap, not from what was counted, so nothing was cut again)."""
+    code = 'print("hello")\n' * lines
+    call = {"type": "tool_call", "id": "c1", "name": "run_python", "arguments": {"code": code}}
+    text = to_attribute_value([{"role": "assistant", "parts": [call]}], ContentPolicy())
+    assert isinstance(text, str) and 7000 < len(text) <= 8192
+    assert json.loads(text)[0]["parts"][0]["arguments"]["code"].startswith('print("hello")')
+
+
 def test_a_long_log_value_is_walked_only_as_far_as_it_is_kept() -> None:
     walked = 0
 

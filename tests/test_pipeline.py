@@ -379,6 +379,25 @@ def test_force_flush_after_shutdown_counts_no_loss(make_otel: MakeOtel) -> None:
     assert otel.health.snapshot() == {}
 
 
+def test_force_flush_during_a_shutdown_that_misses_its_deadline_says_so(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A flush while another thread's shutdown waits on a hung collector waits for it and says
+    that not everything left (it said ``True`` at once, and the span was then lost)."""
+    otel = make_otel()
+    with otel.span("held"):
+        pass
+    otlp_receiver.set_failure("hang")
+    stopping = threading.Thread(target=otel.shutdown, kwargs={"timeout": 1.0})
+    stopping.start()
+    time.sleep(0.2)
+    try:
+        assert otel.force_flush(timeout=3) is False
+    finally:
+        stopping.join(5)
+    assert otel.health.dropped("traces") == 1
+
+
 def test_a_manager_made_in_a_child_on_its_parents_providers_leaves_the_parents_totals_alone(
     otlp_receiver: OtlpReceiver,
 ) -> None:
