@@ -800,7 +800,11 @@ _OUTCOME_MEANINGS = {
     Outcome.ERROR: "ended by an exception, or an error the agent caught and reported with `set_outcome`",
     Outcome.MAX_STEPS: "the run used its step budget without an answer",
     Outcome.CANCELED: "canceled (`asyncio.CancelledError`, client gone, the process stopping)",
-    Outcome.DEGRADED: "finished without a dependency, e.g. memory backend down and the agent went on",
+    Outcome.DEGRADED: (
+        "finished without a dependency, e.g. memory backend down and the agent went on (the "
+        "reference agent's `error.type`: `memory_unavailable`, or `tools_unavailable` when a model "
+        "call was not offered the tools of an MCP server not connected)"
+    ),
 }
 _BOUNDED_NAME_KEYS = (
     GEN_AI_AGENT_NAME,
