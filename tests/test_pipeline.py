@@ -26,6 +26,13 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, InMemoryLogRecordExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    InMemoryMetricReader,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
@@ -37,6 +44,7 @@ from kaos_otel._content import ContentPolicy
 from kaos_otel._logs import KaosLoggingHandler, keep_on_root, release_bridges_to, root_logging_kept
 from kaos_otel.exporters.batch import BatchQueue, BatchSettings
 from kaos_otel.exporters.health import TelemetryHealth
+from kaos_otel.exporters.pipeline import sanitizing_metric_exporter
 from kaos_otel.receiver import OtlpReceiver
 
 PROTOCOLS = ["grpc", "http/protobuf"]
@@ -131,6 +139,7 @@ def test_a_child_forked_while_a_queue_or_loss_count_lock_is_held_flushes_and_cou
         import os, time
         from kaos_otel.exporters.batch import BatchQueue, BatchSettings
         from kaos_otel.exporters.health import TelemetryHealth
+from kaos_otel.exporters.pipeline import sanitizing_metric_exporter
 
         health = TelemetryHealth()
         queue = BatchQueue("traces", lambda batch: None, health, BatchSettings(schedule_delay_ms=50))
@@ -349,8 +358,44 @@ def test_metric_points_a_missed_shutdown_deadline_leaves_unsent_are_counted(
         pass
     assert otel.shutdown(timeout=1) is False
     snapshot = otel.health.snapshot()
-    assert snapshot.get(("metrics", "shutdown"), 0) > 0, snapshot
+    # the export gets the shutdown's deadline too: it fails (export_failed) or is given up on
+    # (shutdown) first, and its points are counted either way, once
+    assert sum(count for (signal, _), count in snapshot.items() if signal == "metrics") > 0, snapshot
     assert snapshot.get(("traces", "shutdown"), 0) == 1, snapshot
+
+
+def test_a_metric_export_given_up_on_is_counted_once() -> None:
+    """The points of an export still running when a shutdown gives up on it are counted as lost
+    then, and not again when the export fails later."""
+    started, release = threading.Event(), threading.Event()
+
+    class Hanging(MetricExporter):
+        def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+            started.set()
+            release.wait(10)
+            return MetricExportResult.FAILURE
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            pass
+
+    reader = InMemoryMetricReader()
+    counter = MeterProvider(metric_readers=[reader]).get_meter("test").create_counter("calls")
+    for outcome in ("success", "error", "canceled"):
+        counter.add(1, {"outcome": outcome})
+    data = reader.get_metrics_data()
+    assert data is not None
+    health = TelemetryHealth()
+    exporter = sanitizing_metric_exporter(Hanging, health, ContentPolicy())
+    exporting = threading.Thread(target=exporter.export, args=(data,))
+    exporting.start()
+    assert started.wait(5)
+    assert exporter.abandon() == 3
+    release.set()
+    exporting.join(5)
+    assert health.snapshot() == {("metrics", "shutdown"): 3}
 
 
 def test_a_timeout_of_no_deadline_or_not_a_number_never_raises(
@@ -384,10 +429,10 @@ def test_force_flush_during_a_shutdown_that_misses_its_deadline_says_so(
 ) -> None:
     """A flush while another thread's shutdown waits on a hung collector waits for it and says
     that not everything left (it said ``True`` at once, and the span was then lost)."""
+    otlp_receiver.set_failure("hang")
     otel = make_otel()
     with otel.span("held"):
         pass
-    otlp_receiver.set_failure("hang")
     stopping = threading.Thread(target=otel.shutdown, kwargs={"timeout": 1.0})
     stopping.start()
     time.sleep(0.2)
@@ -825,7 +870,14 @@ def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
         import sys
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    InMemoryMetricReader,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
+from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
