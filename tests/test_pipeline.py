@@ -139,7 +139,6 @@ def test_a_child_forked_while_a_queue_or_loss_count_lock_is_held_flushes_and_cou
         import os, time
         from kaos_otel.exporters.batch import BatchQueue, BatchSettings
         from kaos_otel.exporters.health import TelemetryHealth
-from kaos_otel.exporters.pipeline import sanitizing_metric_exporter
 
         health = TelemetryHealth()
         queue = BatchQueue("traces", lambda batch: None, health, BatchSettings(schedule_delay_ms=50))
@@ -870,14 +869,7 @@ def test_host_installed_providers_are_used(otlp_receiver: OtlpReceiver) -> None:
         import sys
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    InMemoryMetricReader,
-    MetricExporter,
-    MetricExportResult,
-    MetricsData,
-)
-from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
