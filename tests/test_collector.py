@@ -498,9 +498,10 @@ def test_collector_relays_traces_metrics_and_logs(
 
 
 def start_production_collector(
-    otlp_receiver: OtlpReceiver, tmp_path: Path
+    otlp_receiver: OtlpReceiver | None, tmp_path: Path, **environ: str
 ) -> tuple[Collector, dict[str, int]]:
-    """otelcol-config.yaml as shipped, exporting to ``otlp_receiver`` as its "SigNoz"; and its ports."""
+    """otelcol-config.yaml as shipped, exporting to ``otlp_receiver`` (if given) as its "SigNoz",
+    with ``environ`` over its variables; and its ports."""
     ports = {name: free_port() for name in ("grpc", "http", "health", "prom", "telemetry")}
     env = {
         "OTELCOL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
@@ -509,10 +510,12 @@ def start_production_collector(
         "OTELCOL_PROMETHEUS_ENDPOINT": f"127.0.0.1:{ports['prom']}",
         "OTELCOL_TELEMETRY_PORT": str(ports["telemetry"]),
         "OTELCOL_SPANMETRICS_FLUSH_INTERVAL": "500ms",
-        "SIGNOZ_OTLP_ENDPOINT": host_port(otlp_receiver.grpc_endpoint),
-        "KAOS_DEPLOYMENT_ENVIRONMENT": "prod-config-test",
         "FILE_EXPORT_PATH": str(tmp_path / "unused.jsonl"),
     }
+    if otlp_receiver is not None:
+        env["SIGNOZ_OTLP_ENDPOINT"] = host_port(otlp_receiver.grpc_endpoint)
+        env["KAOS_DEPLOYMENT_ENVIRONMENT"] = "prod-config-test"
+    env.update(environ)
     collector = start_collector(
         PROD_CONFIG, env, tmp_path / "collector.log", f"http://127.0.0.1:{ports['health']}/"
     )

@@ -271,23 +271,14 @@ def test_span_metrics_latency_of_a_long_agent_run_is_not_capped(tmp_path: Path) 
     """The production collector's span metrics (Jaeger's Monitor tab, through Prometheus) read a
     five-minute agent run as minutes: its buckets reach the catalog's 10 minutes. With buckets
     ending at 60 s every longer run fell into ``+Inf`` and ``histogram_quantile`` read 60 s."""
-    from test_collector import PROD_CONFIG, start_collector, stop_collector
+    from test_collector import start_production_collector, stop_collector
 
-    ports = {name: free_port() for name in ("grpc", "http", "health", "prom", "telemetry")}
-    env = {
-        "OTELCOL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
-        "OTELCOL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
-        "OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
-        "OTELCOL_PROMETHEUS_ENDPOINT": f"127.0.0.1:{ports['prom']}",
-        "OTELCOL_TELEMETRY_PORT": str(ports["telemetry"]),
-        "OTELCOL_SPANMETRICS_FLUSH_INTERVAL": "500ms",
-        "KAOS_TRACES_EXPORTERS": "[debug]",
-        "KAOS_METRICS_EXPORTERS": "[prometheus]",
-        "KAOS_LOGS_EXPORTERS": "[debug]",
-        "FILE_EXPORT_PATH": str(tmp_path / "unused.jsonl"),
-    }
-    collector = start_collector(
-        PROD_CONFIG, env, tmp_path / "collector.log", f"http://127.0.0.1:{ports['health']}/"
+    collector, ports = start_production_collector(
+        None,
+        tmp_path,
+        KAOS_TRACES_EXPORTERS="[debug]",
+        KAOS_METRICS_EXPORTERS="[prometheus]",
+        KAOS_LOGS_EXPORTERS="[debug]",
     )
     try:
         send_long_agent_runs(f"127.0.0.1:{ports['grpc']}", "long-agent", LONG_RUN_S, 4)
