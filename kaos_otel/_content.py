@@ -220,10 +220,28 @@ class ContentPolicy:
 
     def _clean_value_text(self, text: str) -> str:
         """A text attribute value cleaned and capped; one the SDK cut (at :func:`sdk_value_limit`)
-        ends in a marker that does not claim to know how much was cut."""
+        ends in a marker that does not claim to know how much was cut. JSON text within the cap
+        that masking takes past it is cut inside its structure, so it stays JSON."""
         limit = self.max_value_length
-        cut_by_sdk = len(text) > limit and len(text) == sdk_value_limit(limit)  # the call only past the cap
+        if len(text) <= limit:
+            cleaned = self.clean_text(text, limit)
+            if len(cleaned) == limit and text[:1] in _JSON_OPENERS and cleaned != text:
+                return self._refit_masked_json(text, limit, cleaned)
+            return cleaned
+        cut_by_sdk = len(text) == sdk_value_limit(limit)
         return self.clean_text(text, limit, _CUT_SHORT if cut_by_sdk else None)
+
+    def _refit_masked_json(self, text: str, limit: int, cleaned: str) -> str:
+        """``text`` (within ``limit``) masked, and cut inside its structure if masking took it past
+        the limit (``cleaned`` is what cutting it as text gave: the answer for text not JSON)."""
+        masked = _encodable(self.redactor(text))
+        if len(masked) <= limit:
+            return masked
+        try:
+            document = json.loads(masked)
+        except ValueError:
+            return cleaned
+        return _BoundedWalk(self).json_text(document, 0)
 
     def _clean_bytes(self, key: str, value: bytes) -> AttributeValue:
         """Bytes as they are, unless secret-named or holding text with a secret (then that text,
@@ -498,6 +516,9 @@ _MAX_SCANS = 16
 _MAX_JSON_INT_BITS = 4096
 """Integers up to this size (about 1,230 digits) stay numbers in JSON text; larger ones become
 text (Python refuses to print integers past 4,300 digits)."""
+
+_JSON_OPENERS = ("{", "[")
+"""How JSON text of a structure begins."""
 
 _CUT_SHORT = "...[truncated]"
 """The end of a string cut inside JSON text: how much was left is not known."""

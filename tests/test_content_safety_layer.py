@@ -43,6 +43,7 @@ from kaos_otel import (
     catalog,
     sanitized_exporter,
 )
+from kaos_otel._content import to_attribute_value
 from kaos_otel._logs import KaosLoggingHandler
 from kaos_otel._secrets import REDACTED
 from kaos_otel.receiver import OtlpReceiver
@@ -344,6 +345,25 @@ def test_a_secret_near_a_label_a_colon_or_a_quote_is_masked(text: str) -> None:
 )
 def test_a_masked_json_value_ending_in_a_backslash_keeps_the_next_key(document: dict[str, str]) -> None:
     assert json.loads(ContentPolicy().clean_text(json.dumps(document)))["user"] == "bob"
+
+
+def test_capped_json_that_masking_takes_past_the_cap_stays_json() -> None:
+    """Content made to fit the cap exactly: a short secret's mask is longer than the secret, and
+    the JSON text is then cut inside its structure (cutting it as text would break it)."""
+    policy = ContentPolicy(max_value_length=120)
+    messages = [
+        {"role": "user", "content": "my password=ab, keep it"},
+        {"role": "assistant", "content": "y" * 200},
+    ]
+    captured = to_attribute_value(messages, policy)
+    assert isinstance(captured, str) and len(captured) == 120
+    exported = policy.clean_attribute(catalog.GEN_AI_INPUT_MESSAGES, captured)
+    assert isinstance(exported, str) and len(exported) <= 120
+    first, *_ = json.loads(exported)
+    assert first == {"role": "user", "content": f"my password={REDACTED}, keep it"}
+    # text that is not JSON is cut as text
+    prose = policy.clean_attribute("note", "[x] password=ab " + "z" * 104)
+    assert isinstance(prose, str) and len(prose) == 120 and "password=[REDACTED]" in prose
 
 
 def test_what_the_sdk_limits_dropped_is_still_counted_after_cleaning(
