@@ -21,6 +21,7 @@ from kaos_otel import catalog
 from kaos_otel._config import name_set
 from kaos_otel._internal_log import ForkSafeLock, internal_error, log_once
 from kaos_otel._secrets import Redactor, default_redactor
+from kaos_otel._spans import ERROR_OUTCOMES
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
 
@@ -274,10 +275,9 @@ class KaosMetrics:
             catalog.GEN_AI_PROVIDER_NAME: self.bounds.bound(catalog.GEN_AI_PROVIDER_NAME, provider),
             catalog.GEN_AI_REQUEST_MODEL: bounded_model,
         }
-        if error_type is not None and outcome is not Outcome.CANCELED:  # the convention: failed calls
-            self._operation_duration.record(
-                duration_s, {**gen_ai, catalog.ERROR_TYPE: self.bounds.bound(catalog.ERROR_TYPE, error_type)}
-            )
+        if outcome in ERROR_OUTCOMES:  # the convention: error.type on failed calls only (not degraded)
+            error = self.bounds.bound(catalog.ERROR_TYPE, error_type or outcome.value)
+            self._operation_duration.record(duration_s, {**gen_ai, catalog.ERROR_TYPE: error})
         else:
             self._operation_duration.record(duration_s, gen_ai)
         for token_type, tokens in (("input", input_tokens), ("output", output_tokens)):

@@ -62,15 +62,16 @@ def _label_value(value: Any) -> Any:
 
 def metrics_summary(points: Sequence[ReceivedMetricPoint]) -> list[SeriesTotal]:
     """Totals per (metric, service, labels), sorted by metric name then labels."""
-    # the latest point of each counting period (cumulative exports repeat a period's running total)
-    latest: dict[tuple[str, str, tuple[tuple[str, Any], ...], int], ReceivedMetricPoint] = {}
+    # the latest point of each counting period of each meter (cumulative exports repeat a period's
+    # running total; delta ones give the same period to every meter's instruments)
+    latest: dict[tuple[str, str, tuple[tuple[str, Any], ...], str, int], ReceivedMetricPoint] = {}
     for point in points:
         attributes = tuple(sorted((k, _label_value(v)) for k, v in point.attributes.items()))
-        key = (point.name, point.service_name, attributes, point.start_time_unix_nano)
+        key = (point.name, point.service_name, attributes, point.scope_name, point.start_time_unix_nano)
         if key not in latest or point.time_unix_nano >= latest[key].time_unix_nano:
             latest[key] = point
     periods: dict[tuple[str, str, tuple[tuple[str, Any], ...]], list[ReceivedMetricPoint]] = defaultdict(list)
-    for (name, service, attributes, _), point in latest.items():
+    for (name, service, attributes, _, _), point in latest.items():
         periods[name, service, attributes].append(point)
     totals: list[SeriesTotal] = []
     for (name, service, attributes), members in sorted(periods.items(), key=lambda item: repr(item[0])):

@@ -54,9 +54,11 @@ from kaos_otel.catalog import Outcome
 
 _MARK_KEY = otel_context.create_key("kaos_otel.span_mark")
 _END_LOCK = threading.Lock()
-_ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
+ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
+"""Outcomes of an operation that failed: ERROR status, and ``error.type`` on the convention's metrics."""
 _OVERRIDDEN_BY_EXCEPTION = frozenset({None, Outcome.SUCCESS, Outcome.DEGRADED})
-_OUTCOME_VALUES = frozenset(member.value for member in Outcome)
+OUTCOME_VALUES = frozenset(member.value for member in Outcome)
+"""Every outcome's value (``Outcome`` is a ``StrEnum``)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 EndCallback = Callable[["SpanHandle", float], None]
@@ -212,14 +214,14 @@ class SpanHandle:
         value naming no outcome (in any case) is logged and the outcome so far kept."""
         if not isinstance(outcome, Outcome):
             text = safe_str(outcome).strip().lower()
-            if text not in _OUTCOME_VALUES:
+            if text not in OUTCOME_VALUES:
                 internal_error("set_outcome", ValueError(f"not an outcome: {text[:80]!r}"))
                 return
             outcome = Outcome(text)
         self._outcome = outcome
         if error_type is not None:
             self._error_type = error_type if type(error_type) is str else safe_str(error_type)
-        elif outcome in _ERROR_OUTCOMES and self._error_type is None:
+        elif outcome in ERROR_OUTCOMES and self._error_type is None:
             self._error_type = outcome.value
 
     def record_exception(self, exc: BaseException) -> None:
@@ -277,7 +279,7 @@ class SpanHandle:
                 span.set_attribute(catalog.KAOS_OUTCOME, outcome.value)
             if self._error_type is not None:
                 span.set_attribute(catalog.ERROR_TYPE, self._error_type)
-            if outcome in _ERROR_OUTCOMES:
+            if outcome in ERROR_OUTCOMES:
                 span.set_status(Status(StatusCode.ERROR, self._error_type or outcome.value))
             if self._on_end is not None:
                 self._on_end(self, time.perf_counter() - self._started)

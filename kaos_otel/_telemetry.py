@@ -8,8 +8,10 @@ global providers.
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from numbers import Real
 from typing import Any, NamedTuple, TypeVar, overload
 
 from opentelemetry import context as otel_context
@@ -25,11 +27,20 @@ from kaos_otel._config import enum_member, name_set
 from kaos_otel._content import ContentPolicy, policy_from_env, safe_str, to_attributes, to_log_value
 from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
-from kaos_otel._spans import NOOP_HANDLE, EndCallback, NoopSpanHandle, SpanFactory, SpanHandle, SpanScope
+from kaos_otel._spans import (
+    NOOP_HANDLE,
+    OUTCOME_VALUES,
+    EndCallback,
+    NoopSpanHandle,
+    SpanFactory,
+    SpanHandle,
+    SpanScope,
+)
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
 
 F = TypeVar("F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 _MEMORY_SCOPES = frozenset(MemoryScope)
 """Every scope, as members and as their values (``MemoryScope`` is a ``StrEnum``)."""
@@ -255,8 +266,11 @@ class MemoryOperation(SpanHandle):
     __slots__ = ()
 
     def set_record_count(self, count: int) -> None:
-        """Records returned or affected."""
-        self.span.set_attribute(catalog.GEN_AI_MEMORY_RECORD_COUNT, count)
+        """Records returned or affected (a count that is not an integer from 0 to 2**63 - 1 is
+        logged and left out)."""
+        valid = _count("set_record_count", count)
+        if valid is not None:
+            self.span.set_attribute(catalog.GEN_AI_MEMORY_RECORD_COUNT, valid)
 
 
 H = TypeVar("H", bound=SpanHandle)
@@ -528,7 +542,7 @@ class AgentTelemetry:
         if origin is None:
             origin = _origin_of_current_context()
         else:
-            origin = enum_member(RequestOrigin, origin, RequestOrigin.USER, "invoke_agent origin")
+            origin = enum_member(RequestOrigin, _folded(origin), RequestOrigin.USER, "invoke_agent origin")
         run = self._begin(
             AgentRun,
             f"invoke_agent {self._metrics.bounds.bound(catalog.GEN_AI_AGENT_NAME, agent_name)}",
@@ -565,7 +579,8 @@ class AgentTelemetry:
         if not isinstance(run, AgentRun):  # the step is still traced, under the current span
             internal_error("agent_step", TypeError(f"not an agent run: {_described(run)}"))
             return self._spans.begin(catalog.SPAN_AGENT_STEP, attributes={catalog.KAOS_AGENT_STEP: step})
-        run.steps = step if step is not None else run.steps + 1
+        number = None if step is None else _count("agent_step", step)
+        run.steps = number if number is not None else run.steps + 1
         return self._spans.begin(
             catalog.SPAN_AGENT_STEP,
             attributes={catalog.GEN_AI_AGENT_NAME: run.agent_name, catalog.KAOS_AGENT_STEP: run.steps},
@@ -733,9 +748,9 @@ class AgentTelemetry:
         that are not a mapping) is logged and replaced, never raised."""
         if not self._enabled:
             return NOOP_MEMORY_OPERATION
-        tier = enum_member(MemoryTier, tier, MemoryTier.SHORT_TERM, "memory_operation tier")
-        if isinstance(scope, str) and scope in _MEMORY_SCOPES:
-            scope = MemoryScope(scope)
+        tier = enum_member(MemoryTier, _folded(tier), MemoryTier.SHORT_TERM, "memory_operation tier")
+        if isinstance(scope, str) and (folded := _folded(scope)) in _MEMORY_SCOPES:
+            scope = MemoryScope(folded)
         elif scope is not None:  # naming no scope: recorded without one
             internal_error("memory_operation", ValueError(f"not a memory scope: {_described(scope)}"))
             scope = None
@@ -774,20 +789,30 @@ class AgentTelemetry:
         )
 
     def record_window_tokens(self, agent_name: str, tokens: int) -> None:
-        """Record the short-term window size (tokens) after a turn."""
-        self._record("record_window_tokens", self._metrics.record_window_tokens, agent_name, tokens)
+        """Record the short-term window size (tokens) after a turn (a size that is not an integer
+        from 0 to 2**63 - 1 is logged and not recorded)."""
+        count = _count("record_window_tokens", tokens)
+        if count is not None:
+            self._record("record_window_tokens", self._metrics.record_window_tokens, agent_name, count)
 
     def record_compaction(self, agent_name: str, outcome: Outcome | str = Outcome.SUCCESS) -> None:
-        """Record one short-term window compaction."""
-        outcome = enum_member(Outcome, outcome, Outcome.SUCCESS, "record_compaction outcome")
-        self._record("record_compaction", self._metrics.record_compaction, agent_name, outcome)
+        """Record one short-term window compaction (the outcome in any case; one naming no
+        outcome is logged and not recorded)."""
+        member = _outcome("record_compaction", outcome)
+        if member is not None:
+            self._record("record_compaction", self._metrics.record_compaction, agent_name, member)
 
     def record_extraction_lag(
         self, agent_name: str, lag_s: float, outcome: Outcome | str = Outcome.SUCCESS
     ) -> None:
-        """Record the delay from compaction to long-term extraction finishing."""
-        outcome = enum_member(Outcome, outcome, Outcome.SUCCESS, "record_extraction_lag outcome")
-        self._record("record_extraction_lag", self._metrics.record_extraction_lag, agent_name, lag_s, outcome)
+        """Record the delay from compaction to long-term extraction finishing (a lag that is not a
+        finite number of seconds from 0, or an outcome naming no outcome, is logged and not
+        recorded)."""
+        seconds, member = _seconds("record_extraction_lag", lag_s), _outcome("record_extraction_lag", outcome)
+        if seconds is not None and member is not None:
+            self._record(
+                "record_extraction_lag", self._metrics.record_extraction_lag, agent_name, seconds, member
+            )
 
     def _record(self, where: str, record: Callable[..., None], *args: object) -> None:
         """Record a metric point when telemetry is on; a failure is logged, never raised."""
@@ -819,10 +844,54 @@ def _token_count(value: object, recorded: int | None) -> int | None:
     ``recorded`` before (a value that cannot is logged)."""
     if value is None:
         return recorded
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+    count = _count("record_usage", value)
+    return recorded if count is None else count
+
+
+def _count(where: str, value: object) -> int | None:
+    """``value`` if it is a count a span and a metric point can carry (an integer from 0 to 2**63 - 1:
+    OTLP carries 64-bit integers), else ``None``, logged."""
+    try:  # any integer (a NumPy one too), no bool
+        count = -1 if isinstance(value, bool) else operator.index(value)  # type: ignore[arg-type]
+    except Exception:
+        count = -1
+    if 0 <= count < 2**63:
+        return count
+    internal_error(where, ValueError(f"not a count: {_described(value)}"))
+    return None
+
+
+def _seconds(where: str, value: object) -> float | None:
+    """``value`` if it is a duration in seconds (a finite number from 0), else ``None``, logged."""
+    try:  # any real number (a NumPy one too), no bool
+        seconds = float(value) if isinstance(value, Real) and not isinstance(value, bool) else -1.0
+    except Exception:
+        seconds = -1.0
+    if 0 <= seconds <= _MAX_SECONDS:
+        return seconds
+    internal_error(where, ValueError(f"not a duration in seconds: {_described(value)}"))
+    return None
+
+
+_MAX_SECONDS = 1e12
+"""About 30,000 years: any duration a process measures, and no infinity or overflowing int."""
+
+
+def _outcome(where: str, value: object) -> Outcome | None:
+    """``value`` as an outcome (a member, or its value in any case, as ``set_outcome`` takes
+    it), else ``None``, logged: counted as another outcome, it would be a wrong number."""
+    if isinstance(value, Outcome):
         return value
-    internal_error("record_usage", ValueError(f"not a token count: {_described(value)}"))
-    return recorded
+    if isinstance(text := _folded(value), str) and text in OUTCOME_VALUES:
+        return Outcome(text)
+    internal_error(where, ValueError(f"not an outcome: {_described(value)}"))
+    return None
+
+
+def _folded(value: _T) -> _T | str:
+    """Text as the catalog's enums spell their values (lower case, no spaces around), so that
+    ``"LONG_TERM"`` or ``"Delegated"`` is not recorded as another value; anything else as it is."""
+    return value.strip().lower() if isinstance(value, str) else value
 
 
 def _identity(fn: F) -> F:

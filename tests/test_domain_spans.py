@@ -460,3 +460,109 @@ def test_handles_of_a_disabled_manager_answer_like_the_others(make_otel: MakeOte
     otel = make_otel(environ={"OTEL_SDK_DISABLED": "true"})
     for handle in (otel.span_begin("s"), otel.model_call("a", "m"), otel.delegation("a", "b")):
         assert handle.elapsed_s == 0.0 and handle.is_ended  # the shared no-op handles began nothing
+
+
+def test_a_step_number_that_is_no_count_is_logged_and_the_steps_still_counted(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A step number of the wrong kind (text from a config, a bool, a negative number) raised
+    into the agent at its next step and lost the run's steps metric; now it counts as a step."""
+    otel = make_otel()
+    wrong: list[Any] = [True, -1, "2"]
+    with otel.invoke_agent("stepper") as run:
+        for step in wrong:
+            with otel.agent_step(run, step):
+                pass
+        with otel.agent_step(run):
+            pass
+    spans = collect(otel, otlp_receiver, 5)
+    assert sorted(s.attributes[catalog.KAOS_AGENT_STEP] for s in named(spans, catalog.SPAN_AGENT_STEP)) == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    (root,) = named(spans, "invoke_agent stepper")
+    assert root.attributes[catalog.KAOS_AGENT_STEPS] == 4
+
+    def steps(receiver: OtlpReceiver) -> list[Any]:
+        return [p for p in receiver.metric_points() if p.name == catalog.KAOS_REQUEST_STEPS]
+
+    assert otlp_receiver.wait_for(lambda r: steps(r) != [], 10)
+    assert [(p.count, p.sum) for p in steps(otlp_receiver)] == [(1, 4)]
+
+
+class _Index:
+    """An integer that is no ``int`` (as NumPy's are)."""
+
+    def __index__(self) -> int:
+        return 7
+
+
+def test_counts_durations_and_outcomes_of_the_wrong_kind_are_left_out_never_miscounted(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture, unsaid_notices: None
+) -> None:
+    """A bool, a fraction, an infinite or out-of-range number is no window size, record count or
+    lag (it reached the metric as 1 token, 1e30 tokens...), and an outcome naming none is no
+    ``success``: each is logged and left out; an outcome in capitals is that outcome."""
+    otel = make_otel()
+    wrong: list[Any] = [True, -5, 10**30, float("nan"), float("inf"), "512", None, 10**400]
+    with caplog.at_level(logging.WARNING, "kaos_otel"):
+        for value in [*wrong, 2.5]:
+            otel.record_window_tokens("keeper", value)
+        for value in wrong:
+            otel.record_extraction_lag("keeper", value)
+        otel.record_window_tokens("keeper", 512)
+        otel.record_window_tokens("keeper", _Index())  # type: ignore[arg-type]
+        otel.record_extraction_lag("keeper", 1.5)
+        otel.record_compaction("keeper", "ERROR")
+        otel.record_compaction("keeper", "exploded")
+        with otel.memory_operation(MemoryTier.SHORT_TERM, "get_memory") as wrong_count:
+            wrong_count.set_record_count(True)
+        with otel.memory_operation(MemoryTier.SHORT_TERM, "list_memory") as count:
+            count.set_record_count(_Index())  # type: ignore[arg-type]
+    for said in (
+        "record_window_tokens failed (ValueError: not a count: True)",
+        "record_extraction_lag failed (ValueError: not a duration in seconds: True)",
+        "record_compaction failed (ValueError: not an outcome: 'exploded')",
+        "set_record_count failed (ValueError: not a count: True)",
+    ):
+        assert said in caplog.text
+    spans = collect(otel, otlp_receiver, 2)
+    assert catalog.GEN_AI_MEMORY_RECORD_COUNT not in named(spans, "get_memory")[0].attributes
+    assert named(spans, "list_memory")[0].attributes[catalog.GEN_AI_MEMORY_RECORD_COUNT] == 7
+    names = {
+        catalog.KAOS_MEMORY_WINDOW_TOKENS,
+        catalog.KAOS_MEMORY_EXTRACTION_LAG,
+        catalog.KAOS_MEMORY_COMPACTIONS,
+    }
+
+    def recorded(receiver: OtlpReceiver) -> dict[str, list[tuple[Any, ...]]]:
+        found: dict[str, list[tuple[Any, ...]]] = {}
+        for p in receiver.metric_points():
+            if p.name in names:
+                found.setdefault(p.name, []).append(
+                    (p.attributes.get(catalog.KAOS_OUTCOME), p.count, p.sum, p.value)
+                )
+        return found
+
+    assert otlp_receiver.wait_for(lambda r: len(recorded(r)) == 3, 10)
+    assert recorded(otlp_receiver) == {
+        catalog.KAOS_MEMORY_WINDOW_TOKENS: [(None, 2, 519, None)],
+        catalog.KAOS_MEMORY_EXTRACTION_LAG: [("success", 1, 1.5, None)],
+        catalog.KAOS_MEMORY_COMPACTIONS: [("error", None, None, 1)],
+    }
+
+
+def test_enum_values_in_any_case_are_those_values(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:
+    """``"Delegated"`` or ``"LONG_TERM"`` (from a config, an environment variable) was logged and
+    recorded as ``user`` / ``short_term``: a sub-agent's runs counted as user requests."""
+    otel = make_otel()
+    with otel.invoke_agent("helper", origin=" Delegated "):
+        pass
+    with otel.memory_operation("LONG_TERM", "search_memory", scope="User"):
+        pass
+    spans = collect(otel, otlp_receiver, 2)
+    assert named(spans, "invoke_agent helper")[0].attributes[catalog.KAOS_REQUEST_ORIGIN] == "delegated"
+    memory = named(spans, "search_memory")[0].attributes
+    assert (memory[catalog.KAOS_MEMORY_TIER], memory[catalog.KAOS_MEMORY_SCOPE]) == ("long_term", "user")

@@ -20,6 +20,7 @@ import pytest
 
 from kaos_otel import AgentTelemetry, KaosOtelManager, MemoryScope, MemoryTier, Outcome, catalog
 from kaos_otel._metrics import LabelBounds
+from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
 from kaos_otel.catalog import MetricSpec
 from kaos_otel.receiver import OtlpReceiver, ReceivedMetricPoint
 
@@ -503,3 +504,22 @@ def test_registering_names_of_one_kind_leaves_the_other_kinds_capped_not_closed(
         assert bounds.bound(catalog.GEN_AI_REQUEST_MODEL, "a model, any model!") == catalog.OVERFLOW_VALUE
     finally:
         otel.shutdown(5)
+
+
+def test_the_metrics_summary_adds_up_delta_periods_of_every_meter() -> None:
+    """With delta temporality every meter's points of one export share a counting period: the
+    agent's own and the Mem0 instrumentation's memory operations (same labels) both count."""
+
+    def point(scope: str, start: int, time: int) -> ReceivedMetricPoint:
+        return ReceivedMetricPoint(
+            catalog.KAOS_MEMORY_OPERATIONS, "", "{operation}", "sum", True, {catalog.KAOS_OUTCOME: "success"},
+            {"service.name": "agent"}, scope, time, start, value=1,
+        )  # fmt: skip
+
+    exports = [(100, 200), (200, 300)]  # two delta exports
+    points = [point(scope, start, time) for start, time in exports for scope in ("kaos_otel", MEM0_METER)]
+    (total,) = metrics_summary(points)
+    assert total.value == 4
+    assert "kaos.memory.operations (counter, {operation})\n    agent  kaos.outcome=success  4\n" in (
+        render_metrics_summary(points)
+    )

@@ -343,3 +343,22 @@ def test_an_exception_after_degraded_is_an_error(harness: Harness) -> None:
 
     assert got.outcomes(catalog.KAOS_REQUESTS) == {"error": 1}
     assert_span_outcome(got.span(f"invoke_agent {AGENT}"), Outcome.ERROR, "ModelError")
+
+
+def test_a_degraded_model_call_is_no_failed_call_in_the_convention_metric(harness: Harness) -> None:
+    """A model call that answered without a dependency (the tools of a server that is down) did
+    not fail: its ``error.type`` is on the span only, while one the agent says failed (no
+    exception) has it on the convention's metric too."""
+    otel = harness.otel
+    with otel.invoke_agent(AGENT) as run, otel.agent_step(run):
+        with otel.model_call(AGENT, MODEL) as degraded:
+            degraded.set_outcome(Outcome.DEGRADED, "tools_unavailable")
+        with otel.model_call(AGENT, MODEL) as failed:
+            failed.set_outcome(Outcome.ERROR)
+    got = harness.collect(expected_spans=4)
+
+    assert got.outcomes(catalog.KAOS_MODEL_CALLS) == {"degraded": 1, "error": 1}
+    errors = Counter(
+        p.attributes.get(catalog.ERROR_TYPE) for p in got.points_of(catalog.GEN_AI_CLIENT_OPERATION_DURATION)
+    )
+    assert errors == {None: 1, "error": 1}
