@@ -466,7 +466,8 @@ WINDOW_TOKEN_BUCKETS: tuple[float, ...] = (
 )
 
 LABEL_VALUE_CAP = 50
-"""Distinct values any one label key may take per instrument before values overflow."""
+"""Distinct values any one label key may take (across every instrument that has it) before values
+overflow."""
 
 OPTIONAL_METRIC_LABELS: frozenset[str] = frozenset({ERROR_TYPE})
 """Label keys present only on some points (``error.type`` only on failed calls)."""
