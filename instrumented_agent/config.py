@@ -130,6 +130,13 @@ class AgentConfig:
             raise ConfigError("memory window must be at least 1 token")
         if self.memory_max_read_scope is MemoryScope.STORE:
             raise ConfigError("the store memory scope is refused for agents (cluster-admin only)")
+        if self.memory_url is not None:
+            from instrumented_agent.memory.relational import parse_memory_url  # SQLAlchemy: only then
+
+            try:
+                parse_memory_url(self.memory_url)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
 
     @property
     def delegation_timeout(self) -> float:

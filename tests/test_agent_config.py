@@ -84,6 +84,8 @@ def test_api_key_comes_from_env_or_a_file_never_argv_and_is_not_in_the_repr(tmp_
         ((), {**ENV, ENV_MAX_STEPS: "many"}, "KAOS_AGENT_MAX_STEPS is malformed"),
         (("--max-steps", "0"), ENV, "budgets must be positive"),
         (("--sub-agent", "researcher=http://r"), ENV, "cannot be its own sub-agent"),
+        (("--memory-url", "mysql://app:pw@db/app"), ENV, "names database 'mysql': use sqlite"),
+        (("--memory-url", "postgresql+psycopg://app@db:port/app"), ENV, "malformed: use sqlite"),
     ],
 )
 def test_bad_settings_raise_config_error(argv: tuple[str, ...], env: dict[str, str], message: str) -> None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import tempfile
 import threading
@@ -265,6 +267,80 @@ async def test_compaction_writes_summary_versions_and_records_metrics(
     _assert_no_ids_on_metrics(otlp_receiver)
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("mysql://kaos:hunter2@db/memory", "names database 'mysql'"),
+        ("postgres://kaos:hunter2@db/memory", "names database 'postgres'"),
+        ("postgresql+psycopg://kaos:hunter2@db:port/memory", "malformed"),
+        ("memory.db", "malformed"),
+    ],
+)
+def test_a_memory_url_of_no_supported_database_is_a_clear_error(url: str, said: str) -> None:
+    with pytest.raises(ValueError, match=r"use sqlite, .* or postgresql") as raised:
+        RelationalStore(url)
+    assert said in str(raised.value) and "hunter2" not in str(raised.value)
+
+
+async def test_a_turn_with_text_no_database_stores_is_remembered_cleaned(
+    backend_url: str, make_otel: Callable[..., KaosOtelManager]
+) -> None:
+    """A model's answer may hold NUL (PostgreSQL refuses it) or a lone surrogate (not UTF-8): the
+    turn is still remembered, and folded, with U+FFFD in their place, not lost as an outage."""
+    memory = MemoryService("summariser", _otel(make_otel), RelationalStore(backend_url), window_tokens=30)
+    await memory.start()
+    owner = memory.owner("carol", "s1")
+    answer = "nul\x00here and a lone \ud800 surrogate"
+    assert await memory.remember(owner, [Turn("user", "question"), Turn("assistant", answer)])
+    recalled = await memory.recall(owner, MemoryScope.SESSION, "")
+    cleaned = "nul\ufffdhere and a lone \ufffd surrogate"
+    assert recalled.turns == (Turn("user", "question"), Turn("assistant", cleaned)) and not recalled.degraded
+    assert await memory.remember(owner, [Turn("user", "more " * 20 + "\x00")])
+    (summary,) = memory.relational.summary_versions(owner)
+    assert cleaned in summary.content
+    await memory.aclose()
+
+
+async def test_captured_records_are_memory_records_kept_valid_json(
+    make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
+) -> None:
+    """With content capture on, every tier's ``gen_ai.memory.records`` is the conventions'
+    ``MemoryRecord`` list, still JSON when the size cap cuts a long window."""
+    otel = make_otel(environ={"OTEL_METRIC_EXPORT_INTERVAL": "200"}, capture_content=True)
+    memory = MemoryService("summariser", otel, RelationalStore("sqlite://"), window_tokens=9000)
+    await memory.start()
+    owner = memory.owner("carol", "s1")
+    for i in range(4):
+        await memory.remember(owner, [Turn("user", f"question {i}"), Turn("assistant", "word " * 1500)])
+    await memory.recall(owner, MemoryScope.SESSION, "")  # a window above the attribute size cap
+    memory.window_tokens = 40
+    await memory.remember(owner, [Turn("user", "fold them")])
+    await memory.recall(owner, MemoryScope.SESSION, "")
+    await memory.aclose()
+    otel.force_flush()
+
+    captured = [
+        (
+            s.attributes[catalog.KAOS_MEMORY_TIER],
+            s.name,
+            json.loads(s.attributes[catalog.GEN_AI_MEMORY_RECORDS]),
+        )
+        for s in _memory_spans(otlp_receiver)
+        if catalog.GEN_AI_MEMORY_RECORDS in s.attributes
+    ]
+    assert {(tier, name) for tier, name, _ in captured} == {
+        ("short_term", "create_memory"),
+        ("short_term", "search_memory"),
+        ("medium_term", "search_memory"),
+    }
+    for _, _, records in captured:
+        kept = [r for r in records if r != "..."]  # "...": the items the size cap left out
+        assert kept and all(isinstance(r["content"], str) for r in kept)
+        assert all(isinstance(r.get("metadata", {}), dict) for r in kept)
+    (summary,) = next(records for tier, _, records in captured if tier == "medium_term")
+    assert summary["metadata"] == {"version": 1} and "question 0" in summary["content"]
+
+
 async def test_concurrent_turns_of_one_session_count_the_compactions_written(
     backend_url: str, make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
 ) -> None:
@@ -439,6 +515,29 @@ async def test_background_extraction_records_lag_and_forget_fans_out(
     deleted = {s.attributes[catalog.KAOS_MEMORY_TIER] for s in spans if s.name == "delete_memory"}
     assert deleted == {"short_term", "medium_term", "long_term"}
     _assert_no_ids_on_metrics(otlp_receiver)
+
+
+def test_a_forget_whose_history_purge_fails_leaves_mem0_writable(
+    make_otel: Callable[..., KaosOtelManager],
+) -> None:
+    """The purge of Mem0's history database fails (here a trigger refuses it, as a locked or
+    read-only file would): the forget fails, and Mem0 keeps working once the database does."""
+    long_term = LongTermMemory(_otel(make_otel), "http://127.0.0.1:9/v1")
+    long_term.load()
+    owner = Owner("librarian", "dave", "s1")
+    try:
+        long_term.add(owner, [Turn("user", "dave lives in Oslo")])
+        connection = long_term._loaded().db.connection
+        connection.execute(
+            "CREATE TRIGGER refuse BEFORE DELETE ON history BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+        with pytest.raises(sqlite3.IntegrityError, match="refused"):
+            long_term.delete(owner, MemoryScope.SESSION)
+        connection.execute("DROP TRIGGER refuse")
+        assert long_term.add(owner, [Turn("user", "dave moved to Bergen")]) == 1
+        assert long_term.delete(owner, MemoryScope.SESSION) == 1
+    finally:
+        long_term.close()
 
 
 def test_long_term_calls_from_many_threads_take_turns(make_otel: Callable[..., KaosOtelManager]) -> None:

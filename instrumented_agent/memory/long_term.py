@@ -130,11 +130,16 @@ def _purge_history(db: Any, memory_ids: Sequence[str], ids: dict[str, str]) -> N
     with db._lock:
         connection = db.connection
         connection.execute("BEGIN")
-        connection.executemany("DELETE FROM history WHERE memory_id = ?", [(i,) for i in memory_ids])
-        scopes = [row[0] for row in connection.execute("SELECT DISTINCT session_scope FROM messages")]
-        for session_scope in scopes:
-            parts = dict(part.partition("=")[::2] for part in str(session_scope).split("&"))
-            if all(parts.get(key) == value for key, value in ids.items()):
-                connection.execute("DELETE FROM messages WHERE session_scope = ?", (session_scope,))
-        connection.execute("COMMIT")
+        try:
+            connection.executemany("DELETE FROM history WHERE memory_id = ?", [(i,) for i in memory_ids])
+            scopes = [row[0] for row in connection.execute("SELECT DISTINCT session_scope FROM messages")]
+            for session_scope in scopes:
+                parts = dict(part.partition("=")[::2] for part in str(session_scope).split("&"))
+                if all(parts.get(key) == value for key, value in ids.items()):
+                    connection.execute("DELETE FROM messages WHERE session_scope = ?", (session_scope,))
+            connection.execute("COMMIT")
+        except BaseException:  # left open, the transaction would fail every later write of Mem0's
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
         connection.execute("VACUUM")

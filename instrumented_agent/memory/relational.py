@@ -12,6 +12,7 @@ Methods are synchronous (run them in a thread); every filter comes from
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -41,8 +42,8 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DatabaseError, IntegrityError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.pool import StaticPool
 
 from instrumented_agent.memory.scopes import Owner, scope_clause
@@ -82,6 +83,16 @@ summaries = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("agent", "user_id", "session_id", "version", name="uq_kaos_memory_summary_version"),
 )
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+"""What a database cannot store as text: NUL (PostgreSQL) and lone surrogates (not UTF-8 at all)."""
+
+
+def _storable(text: str) -> str:
+    """``text`` with NUL and lone surrogates replaced by U+FFFD: a model's answer may hold them,
+    and the database would refuse the whole turn."""
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def estimate_tokens(text: str) -> int:
@@ -124,9 +135,26 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+_URL_FORMS = "sqlite, sqlite:///FILE, sqlite:// or postgresql+psycopg://USER:PASSWORD@HOST/DATABASE"
+
+
+def parse_memory_url(url: str) -> URL:
+    """``url`` parsed (``sqlite`` is in-memory SQLite); a URL that is malformed or names another
+    database is a ``ValueError`` saying the forms accepted (never the URL itself: it may hold a
+    password)."""
+    try:
+        parsed = make_url(DEFAULT_SQLITE_URL if url == "sqlite" else url)
+    except (ArgumentError, ValueError):  # a port that is not a number is a ValueError
+        raise ValueError(f"the memory URL is malformed: use {_URL_FORMS}") from None
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ValueError(f"the memory URL names database {parsed.drivername!r}: use {_URL_FORMS}")
+    return parsed
+
+
 def _engine(url: str) -> Engine:
-    """An engine for ``url``; in-memory SQLite is one connection shared by every thread."""
-    parsed = make_url(DEFAULT_SQLITE_URL if url == "sqlite" else url)
+    """An engine for ``url`` (:func:`parse_memory_url`); in-memory SQLite is one connection
+    shared by every thread."""
+    parsed = parse_memory_url(url)
     options: dict[str, Any] = {"pool_pre_ping": True}
     if parsed.get_backend_name() == "sqlite":
         options["connect_args"] = {"check_same_thread": False, "timeout": 10}
@@ -205,7 +233,7 @@ class RelationalStore:
                         "user_id": owner.user_key,
                         "session_id": owner.session_id,
                         "role": turn.role,
-                        "content": turn.content,
+                        "content": _storable(turn.content),
                         "tokens": estimate_tokens(turn.content),
                         "compacted": False,
                         "created_at": _now(),
@@ -311,7 +339,7 @@ class RelationalStore:
                     "user_id": owner.user_key,
                     "session_id": owner.session_id,
                     "version": version,
-                    "content": summarise(previous.content if previous else None, folded_turns),
+                    "content": _storable(summarise(previous.content if previous else None, folded_turns)),
                     "through_turn_id": folded[-1].id,
                     "created_at": _now(),
                 },

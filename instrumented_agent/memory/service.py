@@ -15,7 +15,6 @@ answering. Only a refused scope is an error of the request.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -204,7 +203,7 @@ class MemoryService:
                 "summary read", op, None, lambda: store.summaries(owner, scope, RECALL_SUMMARIES)
             )
             op.set_record_count(len(summaries or ()))
-            op.set_content(catalog.GEN_AI_MEMORY_RECORDS, [s.content for s in summaries or ()])
+            op.set_content(catalog.GEN_AI_MEMORY_RECORDS, _records(summaries or ()))
         facts: list[str] | None = []
         long_term = self.long_term
         if long_term is not None and query:  # mem0 is traced by Mem0Instrumentor (its own span)
@@ -386,6 +385,13 @@ def _returning_true(call: Callable[[], object]) -> Callable[[], bool]:
     return run
 
 
-def _records(turns: Sequence[Turn]) -> str:
-    """Turns as JSON, for content capture."""
-    return json.dumps([{"role": t.role, "content": t.content} for t in turns])
+def _records(items: Sequence[Turn | Summary]) -> list[dict[str, object]] | None:
+    """Turns or summaries as the GenAI conventions' ``MemoryRecord`` list, for content capture
+    (left as a list: the attribute's size cap then keeps it valid JSON); ``None`` when empty."""
+    return [
+        {
+            "content": item.content,
+            "metadata": {"role": item.role} if isinstance(item, Turn) else {"version": item.version},
+        }
+        for item in items
+    ] or None
