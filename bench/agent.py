@@ -3,8 +3,8 @@
 The request is the agent loop of the reference agent's shape, written with the domain helpers
 (``invoke_agent`` > ``agent_step`` > ``chat`` model call over real local HTTP, then
 ``execute_tool``), against the scripted model of :mod:`bench._servers` running in its own
-process and answering after a configurable latency. Three model calls, two tool calls, eight
-spans and the catalog metrics per request.
+process and answering after a configurable latency. Three model calls, two tool calls, nine
+spans (:data:`SPANS_PER_REQUEST`) and 23 metric points per request.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from bench._harness import percentile
-from bench._servers import ServerProcess
+from bench._servers import TOOL_SCRIPT, ServerProcess
 from bench.raw_sdk import AgentLoopTelemetry, RawSdkAgentTelemetry
 from kaos_otel import KaosOtelManager
 
@@ -37,6 +37,9 @@ TOOLS: dict[str, Callable[..., object]] = {
     "add": lambda a, b: a + b,
     "lookup": lambda query: f"Found 1 result for {query!r}: opens at 9:00.",
 }
+SPANS_PER_REQUEST = 3 * len(TOOL_SCRIPT) + 3
+"""Spans of one request: ``invoke_agent``; per tool call the scripted model asks for, a step with
+its ``chat`` and the ``execute_tool``; the last step with the ``chat`` that answers."""
 
 
 class SimulatedAgent:
@@ -219,6 +222,7 @@ def agent_overhead(pairs: int, model_latency_s: float) -> dict[str, Any]:
     return {
         "agent": "simulated (domain helpers over HTTP to a scripted model process)",
         "model_latency_ms": model_latency_s * 1000,
+        "spans_per_request": SPANS_PER_REQUEST,
         "on": on_stats,
         "off": off_stats,
         "raw_sdk": raw_stats,

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from bench._harness import Comparison, NullSpanExporter, Runner, interleaved, null_pipeline
-from bench.raw_sdk import AgentLoopTelemetry, RawSdkAgentTelemetry
+from bench.raw_sdk import AgentLoopTelemetry, RawSdkAgentTelemetry, histogram
 from kaos_otel import ContentPolicy, KaosOtelManager, Outcome, TelemetryHealth, catalog
 from kaos_otel._metrics import METER_NAME, CatalogMeterProvider, KaosMetrics, LabelBounds, metric_views
 from kaos_otel.exporters.pipeline import SanitizingSpanExporter
@@ -252,7 +252,7 @@ def metric_costs(config: MicroConfig) -> Comparison:
 
     Each side records into its own MeterProvider with one in-memory reader: kaos-otel's with the
     catalog Views behind a ``CatalogMeterProvider`` (as the manager builds it), the raw SDK's
-    with the SDK defaults, under the same instrument names and label sets.
+    with the SDK defaults, under the same instrument names, label sets and histogram buckets.
     """
     provider = CatalogMeterProvider(
         MeterProvider(metric_readers=[InMemoryMetricReader()], views=metric_views(drop_unlisted=False))
@@ -261,13 +261,11 @@ def metric_costs(config: MicroConfig) -> Comparison:
     kaos = KaosMetrics(provider.get_meter(METER_NAME), LabelBounds())
     raw_meter = raw_provider.get_meter("raw-sdk")
     tool_calls = catalog.METRICS_BY_NAME[catalog.KAOS_TOOL_CALLS]
-    tool_duration = catalog.METRICS_BY_NAME[catalog.KAOS_TOOL_DURATION]
     compactions = catalog.METRICS_BY_NAME[catalog.KAOS_MEMORY_COMPACTIONS]
-    lag = catalog.METRICS_BY_NAME[catalog.KAOS_MEMORY_EXTRACTION_LAG]
     raw_tool_calls = raw_meter.create_counter(tool_calls.name, unit=tool_calls.unit)
-    raw_tool_duration = raw_meter.create_histogram(tool_duration.name, unit=tool_duration.unit)
+    raw_tool_duration = histogram(raw_meter, catalog.KAOS_TOOL_DURATION)
     raw_compactions = raw_meter.create_counter(compactions.name, unit=compactions.unit)
-    raw_lag = raw_meter.create_histogram(lag.name, unit=lag.unit)
+    raw_lag = histogram(raw_meter, catalog.KAOS_MEMORY_EXTRACTION_LAG)
     success = Outcome.SUCCESS
 
     def raw_counter(n: int) -> None:

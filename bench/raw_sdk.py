@@ -12,13 +12,24 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import Histogram, Meter
 from opentelemetry.trace import Span, SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
 
-from kaos_otel import MemoryScope, MemoryTier, catalog
+from kaos_otel import MemoryScope, MemoryTier, RequestOrigin, catalog
 
 SUCCESS = "success"
+USER = RequestOrigin.USER.value
+"""The origin of a request that no delegation started, as kaos-otel records it."""
+
+
+def histogram(meter: Meter, name: str) -> Histogram:
+    """A raw SDK histogram with the catalog's unit and bucket boundaries (as the SDK's advisory):
+    its points have the buckets kaos-otel's have."""
+    spec = catalog.METRICS_BY_NAME[name]
+    return meter.create_histogram(
+        name, unit=spec.unit, explicit_bucket_boundaries_advisory=list(spec.buckets or ())
+    )
 
 
 class AgentLoopTelemetry(Protocol):
@@ -48,13 +59,19 @@ class RawSdkMemoryTelemetry:
     def __init__(self, tracer: Tracer, meter: Meter) -> None:
         self._tracer = tracer
         self._operations = meter.create_counter(catalog.KAOS_MEMORY_OPERATIONS)
-        self._duration = meter.create_histogram(catalog.KAOS_MEMORY_OPERATION_DURATION)
+        self._duration = histogram(meter, catalog.KAOS_MEMORY_OPERATION_DURATION)
 
     @contextmanager
-    def call(self, operation: str, scope: MemoryScope, user_id: str | None) -> Iterator[Span]:
-        """A CLIENT span with the instrumentor's attributes, then its two metric points."""
+    def call(
+        self,
+        operation: str,
+        scope: MemoryScope,
+        user_id: str | None,
+        extra: dict[str, AttributeValue] | None = None,
+    ) -> Iterator[Span]:
+        """A CLIENT span with the instrumentor's attributes (and ``extra``), then its two metric points."""
         start = time.perf_counter()
-        attributes: dict[str, str] = {
+        attributes: dict[str, AttributeValue] = {
             catalog.GEN_AI_OPERATION_NAME: operation,
             catalog.GEN_AI_MEMORY_STORE_ID: "mem0",
             catalog.KAOS_MEMORY_TIER: MemoryTier.LONG_TERM.value,
@@ -64,6 +81,8 @@ class RawSdkMemoryTelemetry:
         }
         if user_id is not None:
             attributes[catalog.USER_ID] = user_id
+        if extra:
+            attributes.update(extra)
         span_context = self._tracer.start_as_current_span(
             operation, kind=SpanKind.CLIENT, attributes=attributes
         )
@@ -80,17 +99,31 @@ class RawSdkMemoryTelemetry:
             self._duration.record(time.perf_counter() - start, labels)
 
     def traced(self, operation: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        """A Mem0 ``Memory`` method with each call inside :meth:`call` (scope, user, record count)."""
+        """A Mem0 ``Memory`` method (``add``, ``search`` or ``delete``, called with the instance
+        first) with each call inside :meth:`call`, recording what the instrumentor records of it:
+        scope and user, ``infer`` and the created record's id for an add, the record id for a
+        delete, the record count."""
 
         def traced_method(*args: Any, **kwargs: Any) -> Any:
             filters = kwargs.get("filters") or {}
             user_id = kwargs.get("user_id") or filters.get("user_id")
             scope = MemoryScope.USER if user_id else MemoryScope.STORE
-            with self.call(operation, scope, user_id) as span:
+            extra: dict[str, AttributeValue] = {}
+            if operation == "create_memory":
+                extra[catalog.KAOS_MEMORY_INFER] = bool(kwargs.get("infer", True))
+            positional = args[1] if operation == "delete_memory" and len(args) > 1 else None
+            memory_id = kwargs.get("memory_id", positional)
+            if isinstance(memory_id, str):
+                extra[catalog.GEN_AI_MEMORY_RECORD_ID] = memory_id
+            with self.call(operation, scope, user_id, extra) as span:
                 result = method(*args, **kwargs)
+                if operation == "delete_memory":
+                    span.set_attribute(catalog.GEN_AI_MEMORY_RECORD_COUNT, 1)
                 records = result.get("results") if isinstance(result, dict) else None
                 if isinstance(records, list):
                     span.set_attribute(catalog.GEN_AI_MEMORY_RECORD_COUNT, len(records))
+                    if operation == "create_memory" and len(records) == 1:
+                        span.set_attribute(catalog.GEN_AI_MEMORY_RECORD_ID, str(records[0]["id"]))
                 return result
 
         return traced_method
@@ -155,23 +188,20 @@ class RawSdkAgentTelemetry:
         def counter(name: str) -> Any:
             return meter.create_counter(name, unit=spec[name].unit)
 
-        def histogram(name: str) -> Any:
-            return meter.create_histogram(name, unit=spec[name].unit)
-
         self._requests = counter(catalog.KAOS_REQUESTS)
-        self._request_duration = histogram(catalog.KAOS_REQUEST_DURATION)
-        self._request_steps = histogram(catalog.KAOS_REQUEST_STEPS)
+        self._request_duration = histogram(meter, catalog.KAOS_REQUEST_DURATION)
+        self._request_steps = histogram(meter, catalog.KAOS_REQUEST_STEPS)
         self._model_calls = counter(catalog.KAOS_MODEL_CALLS)
-        self._model_duration = histogram(catalog.KAOS_MODEL_DURATION)
-        self._operation_duration = histogram(catalog.GEN_AI_CLIENT_OPERATION_DURATION)
-        self._token_usage = histogram(catalog.GEN_AI_CLIENT_TOKEN_USAGE)
+        self._model_duration = histogram(meter, catalog.KAOS_MODEL_DURATION)
+        self._operation_duration = histogram(meter, catalog.GEN_AI_CLIENT_OPERATION_DURATION)
+        self._token_usage = histogram(meter, catalog.GEN_AI_CLIENT_TOKEN_USAGE)
         self._tool_calls = counter(catalog.KAOS_TOOL_CALLS)
-        self._tool_duration = histogram(catalog.KAOS_TOOL_DURATION)
-        self._window_tokens = histogram(catalog.KAOS_MEMORY_WINDOW_TOKENS)
+        self._tool_duration = histogram(meter, catalog.KAOS_TOOL_DURATION)
+        self._window_tokens = histogram(meter, catalog.KAOS_MEMORY_WINDOW_TOKENS)
 
     @contextmanager
     def invoke_agent(self, agent_name: str, *, conversation_id: str, max_steps: int) -> Iterator[RawSdkRun]:
-        """The request's ``invoke_agent`` span, then the three request metric points."""
+        """The request's ``invoke_agent`` span (a user's request), then the three request metric points."""
         start = time.perf_counter()
         span_context = self._tracer.start_as_current_span(
             f"invoke_agent {agent_name}",
@@ -180,6 +210,7 @@ class RawSdkAgentTelemetry:
                 catalog.GEN_AI_AGENT_NAME: agent_name,
                 catalog.GEN_AI_CONVERSATION_ID: conversation_id,
                 catalog.KAOS_AGENT_MAX_STEPS: max_steps,
+                catalog.KAOS_REQUEST_ORIGIN: USER,
             },
         )
         with span_context as span:
@@ -187,7 +218,11 @@ class RawSdkAgentTelemetry:
             yield run
             span.set_attribute(catalog.KAOS_AGENT_STEPS, run.steps)
             span.set_attribute(catalog.KAOS_OUTCOME, SUCCESS)
-            labels = {catalog.GEN_AI_AGENT_NAME: agent_name, catalog.KAOS_OUTCOME: SUCCESS}
+            labels = {
+                catalog.GEN_AI_AGENT_NAME: agent_name,
+                catalog.KAOS_REQUEST_ORIGIN: USER,
+                catalog.KAOS_OUTCOME: SUCCESS,
+            }
             self._requests.add(1, labels)
             self._request_duration.record(time.perf_counter() - start, labels)
             self._request_steps.record(run.steps, labels)

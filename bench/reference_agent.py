@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ import httpx
 
 from bench._servers import ServerProcess
 from bench.agent import LatencySamples, timed
+
+SPAN_SCHEDULE_DELAY_S = 5.0
+"""The telemetry-on agent's span batch delay: the SDK's default (no ``OTEL_*`` variable is passed on)."""
 
 
 def _process_cpu_s(pid: int) -> float:
@@ -61,8 +65,7 @@ def reference_agent_overhead(pairs: int, model_latency_s: float) -> dict[str, An
             cpu_before = {mode: _process_cpu_s(pid) for mode, pid in pids.items()}
             samples = asyncio.run(_alternate({"on": on.url, "off": off.url}, pairs))
             # let the last span batch leave the telemetry-on agent, then read both processes' CPU
-            exported = receiver.span_count()
-            receiver.wait_for_spans(exported + 1, timeout_s=3)
+            _wait_for_last_batch(receiver, SPAN_SCHEDULE_DELAY_S + 2)
             cpu = {mode: _process_cpu_s(pid) - cpu_before[mode] for mode, pid in pids.items()}
             exported = receiver.span_count()
     on_stats, off_stats = samples.stats("on"), samples.stats("off")
@@ -78,6 +81,17 @@ def reference_agent_overhead(pairs: int, model_latency_s: float) -> dict[str, An
         },
         "spans_exported": exported,
     }
+
+
+def _wait_for_last_batch(receiver: ServerProcess, timeout_s: float) -> None:
+    """Wait until more spans arrive (a batch queued when the requests ended goes out within one
+    batch delay) and their count settles, or ``timeout_s`` passes (nothing was left to send)."""
+    if not receiver.wait_for_spans(receiver.span_count() + 1, timeout_s):
+        return
+    count = -1
+    while (now := receiver.span_count()) != count:  # a batch may go out as several requests
+        count = now
+        time.sleep(0.5)
 
 
 async def _alternate(urls: dict[str, str], pairs: int) -> LatencySamples:

@@ -340,8 +340,9 @@ def _agent_section(
         parts += [
             _para(
                 "In-process agent loop (the reference agent's shape written with the domain helpers:",
-                "`invoke_agent` > `agent_step` > `chat` over real HTTP > `execute_tool`; 8 spans and the",
-                "catalog metrics per request), telemetry on exporting to a receiver process vs a",
+                "`invoke_agent` > `agent_step` > `chat` over real HTTP > `execute_tool`;",
+                f"{in_process['spans_per_request']} spans and the catalog metrics per request), telemetry",
+                "on exporting to a receiver process vs a",
                 "disabled manager vs the same loop recording the same spans and metric points on the",
                 "raw SDK (a `BatchSpanProcessor` and a periodic reader, exporting over OTLP/gRPC to the",
                 f"same receiver), in the same process, {in_process['on']['n']} requests each, in rotation,",
