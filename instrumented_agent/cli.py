@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -80,9 +81,6 @@ def _demo(args: argparse.Namespace) -> int:
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     live = None
     if args.duration is not None:
-        if args.duration <= 0 or args.rate <= 0:
-            print("kaos-agent demo: error: --duration and --rate must be positive", file=sys.stderr)
-            return 2
         try:
             faults = tuple(parse_fault(f, args.duration / 3) for f in args.fault)
         except ValueError as exc:
@@ -116,6 +114,32 @@ def _directory(text: str) -> Path:
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
     return path
+
+
+def _positive(text: str) -> float:
+    """An ``argparse`` type: a finite number above 0 (``nan`` would wait or send forever, or never)."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not above 0")
+    return value
+
+
+def _not_negative(text: str) -> float:
+    """An ``argparse`` type: a finite number, 0 or more."""
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is below 0")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
 
 
 def _add_listen_arguments(parser: argparse.ArgumentParser, port: int) -> None:
@@ -164,14 +188,18 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--workdir", type=_directory, help="where logs and telemetry go (default .kaos/demo/<time>)"
     )
-    demo.add_argument("--startup-timeout", type=float, default=40.0, help="seconds to wait for all services")
-    demo.add_argument("--latency-ms", type=float, default=0.0, help="scripted model delay per reply")
+    demo.add_argument(
+        "--startup-timeout", type=_positive, default=40.0, help="seconds to wait for all services"
+    )
+    demo.add_argument("--latency-ms", type=_not_negative, default=0.0, help="scripted model delay per reply")
     demo.add_argument(
         "--duration",
-        type=float,
+        type=_positive,
         help="live mode: send user requests for this many seconds (metrics exported every 2 s)",
     )
-    demo.add_argument("--rate", type=float, default=1.0, help="live mode: requests per second (default 1)")
+    demo.add_argument(
+        "--rate", type=_positive, default=1.0, help="live mode: requests per second (default 1)"
+    )
     demo.add_argument(
         "--fault",
         action="append",
@@ -194,6 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ListenError as exc:
         print(f"kaos-agent: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # whoever read the output went away (`| head`): everything is stopped
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.partition(".")[0] in ("instrumented_agent", "kaos_otel"):
             raise

@@ -40,7 +40,8 @@ __all__ = ["SCENARIOS", "Scenario", "ScenarioResult", "request_counts", "run_dem
 
 DEMO_USER = "demo-user"
 EXIT_OK, EXIT_SCENARIO_FAILED, EXIT_STARTUP_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 130
-_REQUEST_TIMEOUT_S = 30.0
+_REQUEST_TIMEOUT_S = 90.0
+"""Above an agent's default runtime budget (60 s), so its own budget error is what comes back."""
 
 
 @dataclass(frozen=True)
@@ -81,26 +82,43 @@ class ScenarioResult:
     ok: bool
 
 
-def run_scenario(coordinator_url: str, scenario: Scenario) -> ScenarioResult:
-    """Send the scenario's prompt to the coordinator and check the answer (or error message)."""
+def run_scenario(
+    coordinator_url: str, scenario: Scenario, timeout_s: float = _REQUEST_TIMEOUT_S
+) -> ScenarioResult:
+    """Send the scenario's prompt to the coordinator and check the answer (or error message).
+
+    No answer in ``timeout_s`` seconds, a broken connection or an answer that is not the API's JSON
+    is a failed scenario (status 0 when there was no answer), not an exception.
+    """
     body = {"model": "coordinator", "messages": [{"role": "user", "content": scenario.prompt}]}
     started = time.perf_counter()
-    with httpx.Client(timeout=_REQUEST_TIMEOUT_S, trust_env=False) as client:
-        response = client.post(
-            f"{coordinator_url}/v1/chat/completions", json=body, headers={USER_ID_HEADER: DEMO_USER}
-        )
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+            response = client.post(
+                f"{coordinator_url}/v1/chat/completions", json=body, headers={USER_ID_HEADER: DEMO_USER}
+            )
+    except httpx.HTTPError as exc:
+        reason = f"no answer from the coordinator: {type(exc).__name__}: {exc}"
+        return ScenarioResult(scenario.name, 0, reason, None, time.perf_counter() - started, False)
     duration = time.perf_counter() - started
-    payload = response.json()
-    if response.status_code == 200:
-        text = str(payload["choices"][0]["message"]["content"])
-    else:
-        text = str(payload.get("error", {}).get("message", response.text))
+    text = _answer_text(response)
     ok = response.status_code == scenario.expected_status and all(
         f in text for f in scenario.expected_fragments
     )
     return ScenarioResult(
         scenario.name, response.status_code, text, response.headers.get(TRACE_ID_HEADER), duration, ok
     )
+
+
+def _answer_text(response: httpx.Response) -> str:
+    """The answer of a 200, the error message otherwise; the raw body if it is not the API's JSON."""
+    try:
+        payload = response.json()
+        if response.status_code == 200:
+            return str(payload["choices"][0]["message"]["content"])
+        return str(payload["error"]["message"])
+    except (ValueError, LookupError, TypeError):
+        return response.text
 
 
 def request_counts(points: Sequence[ReceivedMetricPoint]) -> dict[tuple[str, str], int]:

@@ -15,6 +15,7 @@ re-reads it when it changes. Without that variable nothing here is active (produ
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import threading
@@ -91,8 +92,9 @@ def parse_fault(text: str, default_start_s: float) -> ScheduledFault:
         scheduled = ScheduledFault(fault, float(start), float(end) if end else None)
     except ValueError:
         raise ValueError(f"malformed fault time {when!r} (expected START or START-END in seconds)") from None
-    if scheduled.start_s < 0 or (scheduled.end_s is not None and scheduled.end_s <= scheduled.start_s):
-        raise ValueError(f"fault {text!r}: START must be >= 0 and END after START")
+    start_s, end_s = scheduled.start_s, scheduled.end_s
+    if not (0 <= start_s < math.inf) or (end_s is not None and not start_s < end_s < math.inf):
+        raise ValueError(f"fault {text!r}: START must be >= 0 and END after START (finite seconds)")
     return scheduled
 
 

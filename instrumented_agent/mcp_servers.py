@@ -11,11 +11,13 @@ lost a valid ``traceparent``.
 from __future__ import annotations
 
 import logging
+import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import RequestParamsMeta
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -38,7 +40,10 @@ def _calculator() -> MCPServer:
     def add(a: float, b: float) -> float:
         """Add two numbers."""
         _log.info("add called")
-        return a + b
+        total = a + b
+        if not math.isfinite(total):  # JSON has no NaN or infinity: the answer would read null
+            raise ToolError("the numbers and their sum must be finite")
+        return total
 
     return server
 

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -35,6 +36,9 @@ ENV_SUPERVISOR_PID = "KAOS_SUPERVISOR_PID"
 _POLL_S = 0.05
 _PROBE_TIMEOUT_S = 0.25
 _LOG_TAIL_LINES = 20
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kaos-supervisor-spawn")
+"""Starts every child from one thread that lives as long as the process: Linux's parent-death
+signal, which stops a child whose supervisor died, fires when the *thread* that started it ends."""
 
 
 class StartupError(RuntimeError):
@@ -89,7 +93,9 @@ class Supervisor:
         self.workdir = workdir
         self._env = {**(os.environ if env is None else env), ENV_SUPERVISOR_PID: str(os.getpid())}
         # one key for every agent of the system: an anonymous session follows its delegations
-        self._env.setdefault(ENV_SESSION_KEY, secrets.token_hex(32))
+        # (set but empty counts as unset, as for the agents: each would pick a key of its own)
+        if not self._env.get(ENV_SESSION_KEY):
+            self._env[ENV_SESSION_KEY] = secrets.token_hex(32)
         self._startup_timeout_s = startup_timeout_s
         self.services: dict[str, RunningService] = {}
 
@@ -117,7 +123,8 @@ class Supervisor:
         ):
             sock.set_inheritable(True)
             command = [sys.executable, "-m", "instrumented_agent.cli", "serve", *spec.serve_args]
-            process = subprocess.Popen(
+            process = _spawner.submit(
+                subprocess.Popen,
                 [*command, "--fd", str(sock.fileno())],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -125,7 +132,7 @@ class Supervisor:
                 env=self._env,
                 pass_fds=[sock.fileno()],
                 start_new_session=True,
-            )
+            ).result()
             url = f"http://127.0.0.1:{sock.getsockname()[1]}"
             service = RunningService(spec.name, process, url, log_path, spec.ready_path)
             self.services[spec.name] = service

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -133,6 +134,45 @@ def test_demo_refuses_a_workdir_that_is_a_file(tmp_path: Path) -> None:
     assert done.stderr.startswith("usage: kaos-agent demo ")
     assert f"{taken} exists and is not a directory" in done.stderr
     assert taken.read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "reason"),
+    [
+        ("--duration", "nan", "is not a finite number"),
+        ("--rate", "nan", "is not a finite number"),
+        ("--rate", "0", "is not above 0"),
+        ("--startup-timeout", "nan", "is not a finite number"),
+        ("--latency-ms", "-5", "is below 0"),
+    ],
+)
+def test_demo_refuses_numbers_it_cannot_use(tmp_path: Path, flag: str, value: str, reason: str) -> None:
+    """``nan`` compares false with everything: a run that never sends, a wait that never ends."""
+    workdir = tmp_path / "run"
+    command = [*CLIS["kaos-agent"], "demo", "--workdir", str(workdir), "--duration", "5", flag, value]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: kaos-agent demo ")
+    assert f"argument {flag}: {value} {reason}" in done.stderr
+    assert not workdir.exists()  # refused before anything started
+
+
+def test_the_demo_stops_quietly_when_its_output_is_closed(tmp_path: Path) -> None:
+    """``kaos-agent demo | head``: no BrokenPipe traceback, status 0, as for ``kaos-otel``."""
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader has gone before the first write
+    try:
+        done = subprocess.run(
+            [*CLIS["kaos-agent"], "demo", "--workdir", str(tmp_path)],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 def test_traces_show_names_a_line_nested_too_deeply(

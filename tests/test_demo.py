@@ -9,16 +9,21 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from instrumented_agent.demo import SCENARIOS, run_scenario
+from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from kaos_otel import catalog
 from kaos_otel.cli import main as kaos_otel_main
 from kaos_otel.receiver import OtlpReceiver
@@ -215,3 +220,56 @@ def test_services_stop_when_the_demo_is_killed_outright(tmp_path: Path) -> None:
         for pid in _marked_processes(marker):  # never leave one behind, even when the test fails
             os.kill(pid, signal.SIGKILL)
     assert survivors == []
+
+
+def test_a_coordinator_that_does_not_answer_is_a_failed_scenario_not_a_crash() -> None:
+    """A socket that accepts but never answers: the request times out."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        result = run_scenario(url, SCENARIOS["research"], timeout_s=0.5)
+    assert (result.status_code, result.ok, result.trace_id) == (0, False, None)
+    assert "no answer from the coordinator: ReadTimeout" in result.text
+
+
+class _ProxyError(BaseHTTPRequestHandler):
+    """What a proxy in front of the coordinator may answer: HTML, not the API's JSON."""
+
+    def do_POST(self) -> None:
+        body = b"<html>502 Bad Gateway</html>"
+        self.send_response(502)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def test_an_answer_that_is_not_the_apis_json_is_shown_as_it_came() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ProxyError)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        result = run_scenario(f"http://127.0.0.1:{server.server_address[1]}", SCENARIOS["failure"])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert (result.status_code, result.ok, result.text) == (502, False, "<html>502 Bad Gateway</html>")
+
+
+def test_services_started_from_a_thread_outlive_that_thread(tmp_path: Path) -> None:
+    """Linux's parent-death signal follows the thread that started a child, not its process."""
+    with Supervisor(tmp_path) as supervisor:
+
+        def start() -> None:
+            supervisor.wait_ready([supervisor.spawn(ServiceSpec("model", ["model"]))])
+
+        starter = threading.Thread(target=start)
+        starter.start()
+        starter.join()
+        model = supervisor.services["model"]
+        with pytest.raises(subprocess.TimeoutExpired):
+            model.process.wait(timeout=5)  # the service stopped at once when the thread ended
+        supervisor.wait_ready([model])

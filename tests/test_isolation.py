@@ -12,6 +12,7 @@ else is theirs to choose.
 from __future__ import annotations
 
 import itertools
+import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -167,3 +168,20 @@ def test_identity_rules(agent: Agent) -> None:
     assert repeated.status_code == 400 and "repeated" in repeated.json()["error"]["message"]
     verified = agent.chat("hello", [(USER_ID_HEADER, "carol"), (SESSION_ID_HEADER, "carol-chosen")])
     assert verified.headers[SESSION_ID_HEADER] == "carol-chosen"  # a verified user may name sessions
+
+
+def test_agents_of_one_system_share_the_session_key_even_when_it_is_set_empty(tmp_path: Path) -> None:
+    """``KAOS_SESSION_KEY=`` (a compose file passing an unset variable on) means unset: the
+    supervisor picks one key for all, so another agent accepts the session one of them issued."""
+    with Supervisor(tmp_path, env={**os.environ, "KAOS_SESSION_KEY": ""}) as supervisor:
+        model = supervisor.spawn(ServiceSpec("model", ["model"]))
+        first, second = (supervisor.spawn(agent_spec(name, model)) for name in ("first", "second"))
+        supervisor.wait_ready([model, first, second])
+        body = {"model": "any", "messages": [{"role": "user", "content": "hello"}]}
+        with httpx.Client(timeout=60, trust_env=False) as client:
+            issued = client.post(f"{first.url}/v1/chat/completions", json=body).headers[SESSION_ID_HEADER]
+            answer = client.post(
+                f"{second.url}/v1/chat/completions", json=body, headers={SESSION_ID_HEADER: issued}
+            )
+    assert answer.status_code == 200, answer.text
+    assert answer.headers[SESSION_ID_HEADER] == issued

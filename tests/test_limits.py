@@ -13,12 +13,13 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 from net_support import free_port
 
 from instrumented_agent.errors import ModelError, ToolError
 from instrumented_agent.limits import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, MAX_MESSAGES, MAX_STORED_TURN_CHARS
 from instrumented_agent.mcp_client import MAX_TOOL_ARGUMENTS_BYTES, McpToolbox
-from instrumented_agent.mcp_servers import MCP_PATH, TraceContextMetaGuard
+from instrumented_agent.mcp_servers import MCP_PATH, TraceContextMetaGuard, create_mcp_server
 from instrumented_agent.memory import MemoryService, RelationalStore, Turn
 from instrumented_agent.memory.relational import Summary, estimate_tokens
 from instrumented_agent.memory.service import Recall
@@ -339,3 +340,14 @@ async def test_a_stream_labelled_json_is_still_read_as_a_stream() -> None:
         client = ModelClient("http://model.invalid/v1", http, None)
         completion = await client.complete("m", [ChatMessage(role="user", content="hi")], (), deltas.append)
     assert (completion.message.content, deltas) == ("Hello", ["Hel", "lo"])
+
+
+@pytest.mark.parametrize(
+    "arguments", [{"a": 1e308, "b": 1e308}, {"a": float("nan"), "b": 1}, {"a": float("-inf"), "b": 1}]
+)
+async def test_the_calculator_refuses_sums_that_are_not_finite_numbers(arguments: dict[str, float]) -> None:
+    """JSON has no NaN or infinity: such a sum was answered as a success whose result read null."""
+    calculator = create_mcp_server("calculator")
+    with pytest.raises(McpToolError, match="must be finite"):
+        await calculator.call_tool("add", arguments)
+    assert "5.0" in str(await calculator.call_tool("add", {"a": 2, "b": 3}))

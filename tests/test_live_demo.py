@@ -46,7 +46,8 @@ def test_parse_fault() -> None:
     assert parse_fault("memory-latency", 20) == ScheduledFault(Fault.MEMORY_LATENCY, 20)
     assert parse_fault("subagent-down@5", 20) == ScheduledFault(Fault.SUBAGENT_DOWN, 5)
     assert parse_fault("model-errors@5-9.5", 20) == ScheduledFault(Fault.MODEL_ERRORS, 5, 9.5)
-    for bad in ("disk-full", "memory-errors@x", "memory-errors@9-5", "memory-errors@-1"):
+    bad_times = ("memory-errors@nan", "memory-errors@1-nan", "memory-errors@1-inf", "memory-errors@inf")
+    for bad in ("disk-full", "memory-errors@x", "memory-errors@9-5", "memory-errors@-1", *bad_times):
         with pytest.raises(ValueError):
             parse_fault(bad, 20)
 
