@@ -40,6 +40,7 @@ from instrumented_agent.memory import (
     Owner,
     RelationalStore,
     Turn,
+    parse_scope,
 )
 from instrumented_agent.memory.relational import Compaction, Summariser
 from instrumented_agent.memory.service import summarise
@@ -217,6 +218,9 @@ async def test_scopes_isolate_sessions_agents_and_users(
     for wider in (MemoryScope.AGENT, MemoryScope.USER):
         with pytest.raises(MemoryScopeError, match="anonymous requests have the session scope only"):
             await infra.recall(infra.owner(None, "s1"), wider, "")
+    with pytest.raises(MemoryScopeError, match=r"unknown memory scope 'xxxx.{36}\.\.\.' \(one of") as refused:
+        parse_scope("x" * 100_000)  # a header's whole value is not sent back
+    assert len(str(refused.value)) < 200
     ceiling = MemoryService("infra", otel, infra.relational, max_read_scope=MemoryScope.SESSION)
     with pytest.raises(MemoryScopeError, match="above this agent's ceiling"):
         await ceiling.recall(alice, MemoryScope.AGENT, "")

@@ -82,7 +82,8 @@ def parse_scope(value: str | None) -> MemoryScope:
         return MemoryScope(value.strip().lower())
     except ValueError:
         names = ", ".join(s.value for s in SCOPE_ORDER)
-        raise MemoryScopeError(f"unknown memory scope {value!r} (one of {names})") from None
+        shown = value if len(value) <= 40 else value[:40] + "..."  # a header may be 100 KB long
+        raise MemoryScopeError(f"unknown memory scope {shown!r} (one of {names})") from None
 
 
 def check_read_scope(scope: MemoryScope, ceiling: MemoryScope, owner: Owner) -> None:
