@@ -29,6 +29,9 @@ from kaos_otel.receiver import OtlpReceiver, ReceivedSpan, ReceivedTelemetry
 __all__ = ["CompletedTrace", "TraceAssembler", "run_receive"]
 
 _POLL_S = 0.1
+_MAX_PRINTED = 100_000
+"""Ids of printed traces remembered to label spans arriving later: the latest, so a receiver
+running for days does not grow with every trace it printed."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class TraceAssembler:
     def __init__(self, settle_s: float) -> None:
         self._settle_s = settle_s
         self._pending: dict[str, _Pending] = {}
-        self._printed: set[str] = set()
+        self._printed: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
         self._lock = threading.Lock()
 
     def add(self, spans: list[ReceivedSpan], now: float) -> None:
@@ -81,7 +84,10 @@ class TraceAssembler:
     def _pop(self, trace_id: str) -> CompletedTrace:
         pending = self._pending.pop(trace_id)
         late = trace_id in self._printed
-        self._printed.add(trace_id)
+        self._printed.pop(trace_id, None)
+        self._printed[trace_id] = None
+        if len(self._printed) > _MAX_PRINTED:
+            del self._printed[next(iter(self._printed))]
         spans = sorted(pending.spans.values(), key=lambda s: s.start_time_unix_nano)
         return CompletedTrace(trace_id, tuple(spans), late)
 
@@ -213,6 +219,7 @@ def run_receive(options: ReceiveOptions, stdin: TextIO | None = None) -> int:
         http_port=options.http_port,
         host=options.host,
         on_receive=on_receive,
+        keep=False,  # on_receive takes all of it: kept, it would grow for as long as the receiver runs
     )
     try:
         receiver.start()

@@ -162,6 +162,14 @@ class SigNozClient:
             )
         except httpx.InvalidURL as exc:
             raise ImportFailed(f"the SigNoz URL {url!r} is not valid: {exc} (--signoz / SIGNOZ_URL)") from exc
+        if self._http.base_url.scheme not in (
+            "http",
+            "https",
+        ):  # "localhost:8080" reads as scheme "localhost"
+            raise ImportFailed(
+                f"the SigNoz URL {url!r} is not valid: it starts with neither http:// nor https:// "
+                "(--signoz / SIGNOZ_URL)"
+            )
 
     def close(self) -> None:
         self._http.close()
@@ -281,77 +289,91 @@ def run_import(
     channels: Sequence[str] = (),
 ) -> Report:
     """Create (or, with ``replace``, update) every item; with ``dry_run`` only test them. What this
-    run created (or, dry, would create) counts as existing: a title given twice is created once."""
+    run created (or, dry, would create) counts as existing: a title given twice is created once.
+    Dashboards that cannot be listed (a SigNoz without v2 dashboards) do not stop the rules."""
     report = Report()
     dashboards = [i for i in items if i.kind == "dashboard"]
     rules = [i for i in items if i.kind == "rule"]
     if dashboards:
-        try:
-            existing_dashboards = {_dashboard_title(d): d for d in client.dashboards()}
-        except ImportFailed as exc:
-            report.fail(f"listing dashboards: {exc}")
-            return report
-        for item in dashboards:
-            found = existing_dashboards.get(item.title)
-            try:
-                if dry_run:
-                    action = (
-                        "would update"
-                        if found and replace
-                        else "exists, would skip"
-                        if found
-                        else "would create"
-                    )
-                    report.ok(f"dashboard {item.title!r}: {action} ({item.path.name})")
-                    existing_dashboards.setdefault(item.title, {"title": item.title})  # as the run would
-                elif found and not replace:
-                    report.ok(
-                        f"dashboard {item.title!r}: exists (id {found.get('id')}), skipped "
-                        "(--replace updates it)"
-                    )
-                elif found:
-                    client.update_dashboard(found, item.body)
-                    report.ok(f"dashboard {item.title!r}: updated (id {found.get('id')})")
-                else:
-                    created = client.create_dashboard(item.body)
-                    existing_dashboards[item.title] = created
-                    report.ok(f"dashboard {item.title!r}: created (id {created['id']})")
-            except ImportFailed as exc:
-                report.fail(f"dashboard {item.title!r} ({item.path.name}): {exc}")
+        _import_dashboards(client, dashboards, report, dry_run=dry_run, replace=replace)
     if rules:
-        try:
-            existing_rules = {str(r.get("alert")): r for r in client.rules()}
-        except ImportFailed as exc:
-            report.fail(f"listing rules: {exc}")
-            return report
-        for item in rules:
-            body = with_channels(item.body, channels)
-            found = existing_rules.get(item.title)
-            try:
-                if dry_run:
-                    result = client.test_rule(body)
-                    detail = ""
-                    if isinstance(result, dict):
-                        detail = f": {result.get('alertCount', 0)} alert(s) now"
-                        if result.get("message"):
-                            detail += f" ({result['message']})"
-                    state = "exists" if found else "new"
-                    report.ok(f"rule {item.title!r} ({state}): testRule passed{detail}")
-                    existing_rules.setdefault(item.title, {"alert": item.title})  # as the run would
-                elif found and not replace:
-                    report.ok(
-                        f"rule {item.title!r}: exists (id {found.get('id')}), skipped; --replace updates it"
-                    )
-                elif found:
-                    client.update_rule(str(found["id"]), body)
-                    report.ok(f"rule {item.title!r}: updated (id {found['id']})")
-                else:
-                    created = client.create_rule(body)
-                    existing_rules[item.title] = created
-                    report.ok(f"rule {item.title!r}: created (id {created['id']})")
-            except ImportFailed as exc:
-                report.fail(f"rule {item.title!r} ({item.path.name}): {exc}")
+        _import_rules(client, rules, report, dry_run=dry_run, replace=replace, channels=channels)
     return report
+
+
+def _import_dashboards(
+    client: SigNozClient, dashboards: Sequence[Item], report: Report, *, dry_run: bool, replace: bool
+) -> None:
+    try:
+        existing_dashboards = {_dashboard_title(d): d for d in client.dashboards()}
+    except ImportFailed as exc:
+        report.fail(f"listing dashboards: {exc}")
+        return
+    for item in dashboards:
+        found = existing_dashboards.get(item.title)
+        try:
+            if dry_run:
+                action = (
+                    "would update" if found and replace else "exists, would skip" if found else "would create"
+                )
+                report.ok(f"dashboard {item.title!r}: {action} ({item.path.name})")
+                existing_dashboards.setdefault(item.title, {"title": item.title})  # as the run would
+            elif found and not replace:
+                report.ok(
+                    f"dashboard {item.title!r}: exists (id {found.get('id')}), skipped (--replace updates it)"
+                )
+            elif found:
+                client.update_dashboard(found, item.body)
+                report.ok(f"dashboard {item.title!r}: updated (id {found.get('id')})")
+            else:
+                created = client.create_dashboard(item.body)
+                existing_dashboards[item.title] = created
+                report.ok(f"dashboard {item.title!r}: created (id {created['id']})")
+        except ImportFailed as exc:
+            report.fail(f"dashboard {item.title!r} ({item.path.name}): {exc}")
+
+
+def _import_rules(
+    client: SigNozClient,
+    rules: Sequence[Item],
+    report: Report,
+    *,
+    dry_run: bool,
+    replace: bool,
+    channels: Sequence[str],
+) -> None:
+    try:
+        existing_rules = {str(r.get("alert")): r for r in client.rules()}
+    except ImportFailed as exc:
+        report.fail(f"listing rules: {exc}")
+        return
+    for item in rules:
+        body = with_channels(item.body, channels)
+        found = existing_rules.get(item.title)
+        try:
+            if dry_run:
+                result = client.test_rule(body)
+                detail = ""
+                if isinstance(result, dict):
+                    detail = f": {result.get('alertCount', 0)} alert(s) now"
+                    if result.get("message"):
+                        detail += f" ({result['message']})"
+                state = "exists" if found else "new"
+                report.ok(f"rule {item.title!r} ({state}): testRule passed{detail}")
+                existing_rules.setdefault(item.title, {"alert": item.title})  # as the run would
+            elif found and not replace:
+                report.ok(
+                    f"rule {item.title!r}: exists (id {found.get('id')}), skipped; --replace updates it"
+                )
+            elif found:
+                client.update_rule(str(found["id"]), body)
+                report.ok(f"rule {item.title!r}: updated (id {found['id']})")
+            else:
+                created = client.create_rule(body)
+                existing_rules[item.title] = created
+                report.ok(f"rule {item.title!r}: created (id {created['id']})")
+        except ImportFailed as exc:
+            report.fail(f"rule {item.title!r} ({item.path.name}): {exc}")
 
 
 def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | None = None) -> int:

@@ -152,27 +152,32 @@ def _root_duration_s(spans: list[Any]) -> float:
     return max((s.duration_s for s in spans if is_root(s, ids)), default=0.0)
 
 
-def _export(folder: str, directory: Path) -> int:
+def _export(folder: str, directory: Path, force: bool) -> int:
+    """Write ``folder``'s shipped files under ``directory``; without ``force``, only if that changes
+    no file already there (one edited since an earlier export, say)."""
     from kaos_otel.assets import AssetsMissingError, asset_files, asset_root
 
     try:
         root = asset_root() / folder
-        files = asset_files(folder)
-        for source in files:
-            target = directory / source.relative_to(root)
+        copies = {directory / source.relative_to(root): source.read_bytes() for source in asset_files(folder)}
+        changed = [t for t, content in copies.items() if t.is_file() and t.read_bytes() != content]
+        if changed and not force:
+            more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+            return _error(f"{changed[0]}{more} would be overwritten; nothing written (--force overwrites)")
+        for target, content in copies.items():
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(source.read_bytes())
+            target.write_bytes(content)
     except AssetsMissingError as exc:
         return _error(str(exc))
     except OSError as exc:
         return _error(f"cannot write {exc.filename or directory}: {exc.strerror or exc}")
-    for source in files:
-        print(directory / source.relative_to(root))
+    for target in copies:
+        print(target)
     return 0
 
 
 def _dashboards_export(args: argparse.Namespace) -> int:
-    return _export("dashboards", args.directory)
+    return _export("dashboards", args.directory, args.force)
 
 
 def _dashboards_import(args: argparse.Namespace) -> int:
@@ -204,7 +209,7 @@ def _collector_config(args: argparse.Namespace) -> int:
 
 
 def _collector_export(args: argparse.Namespace) -> int:
-    return _export("collector", args.directory)
+    return _export("collector", args.directory, args.force)
 
 
 def _cell(value: Any) -> str:
@@ -356,6 +361,7 @@ def _add_asset_commands(commands: Any) -> None:
         "export", help="write the dashboards, SigNoz alerts and Prometheus rules to DIR"
     )
     export.add_argument("directory", type=Path, metavar="DIR")
+    export.add_argument("--force", action="store_true", help="overwrite files in DIR that differ")
     export.set_defaults(handler=_dashboards_export)
     signoz = dashboard_commands.add_parser(
         "import",
@@ -379,6 +385,7 @@ def _add_asset_commands(commands: Any) -> None:
         "export", help="write the collector, builder, Jaeger and Prometheus configurations to DIR"
     )
     files.add_argument("directory", type=Path, metavar="DIR")
+    files.add_argument("--force", action="store_true", help="overwrite files in DIR that differ")
     files.set_defaults(handler=_collector_export)
 
 
@@ -420,10 +427,22 @@ def add_signoz_import_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``kaos-otel`` command; returns the exit status."""
-    args = parse_args(_parser(), argv)
     try:
+        args = parse_args(_parser(), argv)
         result: int = args.handler(args)
+        sys.stdout.flush()  # a write that fails (a full disk) fails here, not as a warning at exit
     except BrokenPipeError:  # whoever read the output went away (`| head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_output()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C (waiting on SigNoz, reading a large file...): no traceback
+        print("kaos-otel: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, as shells report it
+    except OSError as exc:  # the commands report their files' errors: this is writing the output
+        _discard_output()
+        return _error(f"cannot write the output: {exc.strerror or exc}")
     return result
+
+
+def _discard_output() -> None:
+    """Point stdout at the null device: what is still buffered then goes nowhere at exit, quietly."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

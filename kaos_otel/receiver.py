@@ -579,7 +579,9 @@ class OtlpReceiver:
     """OTLP receiver serving gRPC and HTTP/protobuf on 127.0.0.1 (ephemeral ports unless given).
 
     ``on_receive`` is called (on a server thread, after storing) with what each accepted request
-    contained; it must be quick and not raise.
+    contained; it must be quick and not raise. With ``keep=False`` nothing is stored in memory (the
+    views stay empty): what arrives goes only to ``on_receive`` and the JSON file, so a receiver
+    running for hours (``kaos-otel receive``) does not grow with everything it ever received.
 
     ``set_failure("unavailable")`` makes exports fail (gRPC UNAVAILABLE / HTTP 503);
     ``set_failure("hang")`` blocks them until the mode changes or ``stop()`` is called, after which
@@ -594,6 +596,7 @@ class OtlpReceiver:
         http_port: int = 0,
         host: str = "127.0.0.1",
         on_receive: Callable[[ReceivedTelemetry], None] | None = None,
+        keep: bool = True,
     ) -> None:
         """``grpc_port`` / ``http_port``: fixed ports (to restart on the same ones); 0 picks free ports.
 
@@ -605,6 +608,7 @@ class OtlpReceiver:
         self._wanted_ports = (grpc_port, http_port)
         self._host = host
         self._on_receive = on_receive
+        self._keep = keep
         self._lock = threading.Lock()
         self._mode_changed = threading.Condition()
         self._failure: FailureMode = "ok"
@@ -731,10 +735,11 @@ class OtlpReceiver:
         received = ReceivedTelemetry()
         _flatten_into(request, received)
         with self._lock:
-            self._requests.append(request)
-            self._telemetry.spans.extend(received.spans)
-            self._telemetry.metric_points.extend(received.metric_points)
-            self._telemetry.logs.extend(received.logs)
+            if self._keep:
+                self._requests.append(request)
+                self._telemetry.spans.extend(received.spans)
+                self._telemetry.metric_points.extend(received.metric_points)
+                self._telemetry.logs.extend(received.logs)
             if self._json_path is not None and self._json_write_error is None:
                 self._append_json_line(self._json_path, request)
         if self._on_receive is not None:

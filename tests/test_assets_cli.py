@@ -113,6 +113,30 @@ def test_every_collector_profile_is_a_valid_configuration(profile: str, tmp_path
 
 
 @pytest.mark.fast
+@pytest.mark.parametrize("folder", sorted(ASSET_PATTERNS))
+def test_export_overwrites_a_file_edited_since_only_with_force(
+    folder: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exporting again changes nothing already there (an alert threshold tuned in DIR, say): it
+    writes nothing and says which file, unless ``--force``; a copy still as shipped is no conflict."""
+    export = [folder, "export", str(tmp_path)]
+    assert kaos_otel_main(export) == 0
+    assert kaos_otel_main(export) == 0  # the same files again
+    edited, removed, *_ = sorted(path for path in tmp_path.rglob("*") if path.is_file())
+    edited.write_text("tuned\n")
+    removed.unlink()
+    capsys.readouterr()
+    assert kaos_otel_main(export) == 1
+    assert f"kaos-otel: error: {edited} would be overwritten; nothing written (--force overwrites)" in (
+        capsys.readouterr().err
+    )
+    assert (edited.read_text(), removed.exists()) == ("tuned\n", False)
+    assert kaos_otel_main([*export, "--force"]) == 0
+    shipped = {tmp_path / path.relative_to(REPO / folder): path for path in asset_files(folder, REPO)}
+    assert all(copy.read_bytes() == source.read_bytes() for copy, source in shipped.items())
+
+
+@pytest.mark.fast
 def test_dashboards_import_asks_for_the_api_key(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -180,6 +204,17 @@ def test_dashboards_import_names_a_file_that_is_not_utf8_and_a_url_that_is_not_o
     assert "error: the SigNoz URL 'http://localhost:8o80' is not valid" in capsys.readouterr().err
 
 
+@pytest.mark.fast
+@pytest.mark.parametrize("url", ["localhost:8080", "ftp://signoz.test", ""])
+def test_dashboards_import_refuses_a_url_that_is_not_http_before_any_request(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--signoz localhost:8080`` (no scheme) is a usage error naming the fix, not "cannot reach"."""
+    assert kaos_otel_main(["dashboards", "import", "--api-key", "k", "--signoz", url]) == 2
+    err = capsys.readouterr().err
+    assert f"error: the SigNoz URL {url!r} is not valid: it starts with neither http:// nor https://" in err
+
+
 IMPORT = ["dashboards", "import", "--signoz", "http://127.0.0.1:9", "--api-key", "k"]
 SHOW = ["traces", "show", "telemetry.jsonl"]
 
@@ -235,6 +270,25 @@ def test_dashboards_import_creates_a_title_given_twice_once(capsys: pytest.Captu
         ("POST", "/api/v1/rules"),
         ("PUT", f"/api/v1/rules/{rule_id}"),
     ]
+
+
+@pytest.mark.fast
+def test_dashboards_import_imports_the_rules_into_a_signoz_without_v2_dashboards(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A SigNoz older than v2 dashboards answers their listing 404: that fails, the rules still go in."""
+    fake = FakeSigNoz()
+
+    def without_v2_dashboards(request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/api/v2/dashboards"):
+            return httpx.Response(404, text="404 page not found")
+        return fake(request)
+
+    assert _run_import(without_v2_dashboards) == 1
+    out, err = capsys.readouterr()
+    assert fake.calls.count(("POST", "/api/v1/rules")) == len(SIGNOZ_ALERTS)
+    assert out.count("created") == len(SIGNOZ_ALERTS)
+    assert "listing dashboards: GET /api/v2/dashboards: HTTP 404" in err and "1 failure(s)" in err
 
 
 def docker_build_context(destination: Path) -> None:

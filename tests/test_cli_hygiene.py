@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 from importlib import metadata
@@ -241,3 +243,42 @@ def test_traces_show_keeps_the_traces_asked_for(tmp_path: Path, capsys: pytest.C
     with pytest.raises(SystemExit):
         kaos_otel_main(["traces", "show", str(telemetry), "--where", "no-equals-sign"])
     assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_a_command_with_one_line_not_a_traceback() -> None:
+    """Ctrl-C while ``dashboards import`` waits on a SigNoz that does not answer."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        process = subprocess.Popen(
+            [*CLIS["kaos-otel"], "dashboards", "import", "--signoz", url],
+            env={**os.environ, "SIGNOZ_API_KEY": "key"}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            connection, _ = silent.accept()  # the command now waits for an answer
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=30)
+            connection.close()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+    assert (process.returncode, err) == (130, "kaos-otel: interrupted\n")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full, a device always full")
+@pytest.mark.parametrize(
+    "words",
+    [["traces", "show", "{dir}/telemetry.jsonl"], ["catalog"], ["collector", "config", "-o", "{dir}/c.yaml"]],
+)
+def test_output_to_a_full_disk_is_one_line_not_a_traceback(words: list[str], tmp_path: Path) -> None:
+    _telemetry_file(tmp_path / "telemetry.jsonl")
+    words = [word.format(dir=tmp_path) for word in words]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [*CLIS["kaos-otel"], *words], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+    assert (done.returncode, done.stderr) == (
+        1, "kaos-otel: error: cannot write the output: No space left on device\n",
+    )  # fmt: skip

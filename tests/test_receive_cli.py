@@ -22,6 +22,7 @@ from typing import IO, Any
 import pytest
 
 from kaos_otel import KaosOtelManager, catalog
+from kaos_otel import _receive as receive_module
 from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
 from kaos_otel._receive import CompletedTrace, TraceAssembler, _Printer
 from kaos_otel._trace_tree import is_startup_trace, render_trace_trees
@@ -593,3 +594,15 @@ def test_receive_reads_enter_on_its_terminal_only_in_the_foreground(
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+@pytest.mark.fast
+def test_a_receiver_remembers_a_bounded_number_of_printed_traces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(receive_module, "_MAX_PRINTED", 2, raising=False)
+    assembler = TraceAssembler(settle_s=1.0)
+    for index, trace_id in enumerate(["t1", "t2", "t1", "t3"]):  # t1 printed again: the latest now
+        assembler.add([_span(trace_id, f"s{index}", None)], now=float(index))
+        assembler.drain()
+    assert list(assembler._printed) == ["t1", "t3"]
+    assembler.add([_span("t1", "late", "s0")], now=9.0)
+    assert [trace.late for trace in assembler.drain()] == [True]

@@ -592,3 +592,20 @@ def test_a_stalled_http_client_is_disconnected_quietly(
             assert client.recv(1024) == b""  # closed without an answer (and not after 10 s)
         assert otlp_receiver.raw_requests() == []
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_receiver_that_does_not_keep_passes_everything_on_and_stores_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "telemetry.jsonl"
+    received: list[str] = []
+    with OtlpReceiver(
+        json_path=out, keep=False, on_receive=lambda got: received.extend(s.name for s in got.spans)
+    ) as otlp_receiver:
+        exporter = GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True, timeout=5)
+        try:
+            for _ in range(3):
+                assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS
+        finally:
+            exporter.shutdown()
+        assert received == ["probe"] * 3
+        assert [span.name for span in load_otlp_json(out).spans] == ["probe"] * 3
+        assert (otlp_receiver.raw_requests(), otlp_receiver.spans()) == ([], [])
