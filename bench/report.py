@@ -427,7 +427,8 @@ def _throughput_section(result: Mapping[str, Any] | None) -> str:
         "waits while the queue is near capacity, so nothing is dropped; the rate counts until the",
         f"receiver holds every span. kaos-otel: {_fmt(result['spans_per_s'])} spans/s (all received:",
         f"{_fmt(result['all_received'])}, dropped: {_fmt(result['dropped'])}); raw SDK:",
-        f"{_fmt(result['raw_sdk_spans_per_s'])} spans/s (medians); ratio {_fmt(result['ratio_to_raw_sdk'])},",
+        f"{_fmt(result['raw_sdk_spans_per_s'])} spans/s (all received:",
+        f"{_fmt(result.get('raw_sdk_all_received'))}; medians); ratio {_fmt(result['ratio_to_raw_sdk'])},",
         "the median of the ratios within a round (per round, kaos-otel / raw SDK:",
         ", ".join(
             _fmt(round(k / r, 3))

@@ -413,8 +413,9 @@ def load_otlp_json(path: Path | str) -> ReceivedTelemetry:
     out = ReceivedTelemetry()
     raw = Path(path).read_bytes()
     try:
-        # not final: a character cut short at the end of the file (by a write cut short) is left out
-        text = codecs.getincrementaldecoder("utf-8")().decode(raw)
+        # not final: a character cut short at the end of the file (by a write cut short) is left out;
+        # a byte order mark (an editor on Windows) is not part of the first line
+        text = codecs.getincrementaldecoder("utf-8-sig")().decode(raw)
     except UnicodeDecodeError as exc:
         raise ValueError(
             f"{path}: not an OTLP/JSON Lines file (binary content at byte {exc.start}); "

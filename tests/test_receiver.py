@@ -483,6 +483,13 @@ def test_load_otlp_json_splits_lines_at_newlines_only(tmp_path: Path) -> None:
     assert [span.name for span in load_otlp_json(path).spans] == [name]
 
 
+def test_load_otlp_json_reads_a_file_saved_with_a_byte_order_mark(tmp_path: Path) -> None:
+    """An editor on Windows saves UTF-8 with a BOM: the first line is JSON all the same."""
+    path = tmp_path / "edited.jsonl"
+    path.write_text(json_span_document("first").decode() + "\n", encoding="utf-8-sig")
+    assert [span.name for span in load_otlp_json(path).spans] == ["first"]
+
+
 def test_a_failed_json_file_write_is_reported_once_and_receiving_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
