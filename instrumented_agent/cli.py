@@ -148,13 +148,6 @@ def _add_listen_arguments(parser: argparse.ArgumentParser, port: int) -> None:
     parser.add_argument("--fd", type=int, help="serve on this inherited listening socket instead")
 
 
-def _latency_default() -> float:
-    try:
-        return float(os.environ.get(ENV_MODEL_LATENCY_MS, "0"))
-    except ValueError:
-        return 0.0
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kaos-agent", description="The kaos-otel reference multi-agent system."
@@ -171,8 +164,8 @@ def _parser() -> argparse.ArgumentParser:
     model = kinds.add_parser("model", help="the scripted OpenAI-compatible model")
     model.add_argument(
         "--latency-ms",
-        type=float,
-        default=_latency_default(),
+        type=_not_negative,
+        default=os.environ.get(ENV_MODEL_LATENCY_MS, "0"),  # text: read by the type, as the flag is
         help=f"delay per reply (env {ENV_MODEL_LATENCY_MS})",
     )
     _add_listen_arguments(model, 8100)

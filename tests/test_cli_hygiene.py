@@ -159,6 +159,26 @@ def test_demo_refuses_numbers_it_cannot_use(tmp_path: Path, flag: str, value: st
     assert not workdir.exists()  # refused before anything started
 
 
+@pytest.mark.parametrize(
+    ("argv", "environ", "said"),
+    [
+        (["--latency-ms", "nan"], {}, "nan is not a finite number"),
+        ([], {"KAOS_MODEL_LATENCY_MS": "-40"}, "-40 is below 0"),
+        ([], {"KAOS_MODEL_LATENCY_MS": "slow"}, "slow is not a number"),
+    ],
+)
+def test_the_scripted_model_refuses_a_latency_it_cannot_use(
+    argv: list[str], environ: dict[str, str], said: str
+) -> None:
+    """A latency from the flag or the variable: NaN never waited, a malformed variable became 0."""
+    command = [*CLIS["kaos-agent"], "serve", "model", "--port", "0", *argv]
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, timeout=60, env={**os.environ, **environ}
+    )
+    assert done.returncode == 2
+    assert f"kaos-agent serve model: error: argument --latency-ms: {said}" in done.stderr
+
+
 def test_the_demo_stops_quietly_when_its_output_is_closed(tmp_path: Path) -> None:
     """``kaos-agent demo | head``: no BrokenPipe traceback, status 0, as for ``kaos-otel``."""
     reader, writer = os.pipe()
