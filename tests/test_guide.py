@@ -60,9 +60,10 @@ def test_the_guide_has_only_blocks_the_test_runs() -> None:
 
 
 def _environment(receiver: OtlpReceiver, directory: Path) -> dict[str, str]:
-    """The environment a reader's shell would have: no ``OTEL_*`` but the receiver's endpoint."""
+    """The environment a reader's shell would have: no ``OTEL_*`` but the receiver's endpoint, no
+    ``MEM0_DIR`` (the suite's Mem0 tests point it at a folder of theirs)."""
     return {
-        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "MEM0_DIR"},
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(directory), os.environ.get("PYTHONPATH")])),
