@@ -317,6 +317,19 @@ def metric_costs(config: MicroConfig) -> Comparison:
         raw_provider.shutdown()
 
 
+def record_request(telemetry: AgentLoopTelemetry, agent: str, model: str, *, window_tokens: int) -> None:
+    """The telemetry of one request of :func:`agent_telemetry_costs`, without any I/O."""
+    with telemetry.invoke_agent(agent, conversation_id="conv-1", max_steps=5) as run:
+        for step in range(1, 4):
+            with telemetry.agent_step(run, step):
+                with telemetry.model_call(agent, model, server_address="127.0.0.1", server_port=8000) as call:
+                    call.record_usage(40 + step, 12, response_model=model, finish_reasons=["tool_calls"])
+                if step < 3:
+                    with telemetry.tool_call(agent, "add", call_id=f"call_{step}", arguments={"a": 2}):
+                        pass
+        telemetry.record_window_tokens(agent, window_tokens)
+
+
 def agent_telemetry_costs(config: MicroConfig) -> Comparison:
     """The telemetry of one agent request through the domain helpers vs the raw SDK doing the same.
 
@@ -336,21 +349,7 @@ def agent_telemetry_costs(config: MicroConfig) -> Comparison:
     def requests(telemetry: AgentLoopTelemetry) -> Runner:
         def run_requests(n: int) -> None:
             for i in range(n):
-                with telemetry.invoke_agent(agent, conversation_id="conv-1", max_steps=5) as run:
-                    for step in range(1, 4):
-                        with telemetry.agent_step(run, step):
-                            with telemetry.model_call(
-                                agent, model, server_address="127.0.0.1", server_port=8000
-                            ) as call:
-                                call.record_usage(
-                                    40 + step, 12, response_model=model, finish_reasons=["tool_calls"]
-                                )
-                            if step < 3:
-                                with telemetry.tool_call(
-                                    agent, "add", call_id=f"call_{step}", arguments={"a": 2}
-                                ):
-                                    pass
-                    telemetry.record_window_tokens(agent, 160 + i % 7)
+                record_request(telemetry, agent, model, window_tokens=160 + i % 7)
 
         return run_requests
 

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from bench import micro
 from bench._servers import ServerProcess
 from bench.agent import SPANS_PER_REQUEST, SimulatedAgent
 from bench.raw_sdk import AgentLoopTelemetry, RawSdkAgentTelemetry, RawSdkMemoryTelemetry
@@ -94,20 +95,10 @@ def _both(run: Callable[[AgentLoopTelemetry], None]) -> tuple[Recorded, Recorded
 
 
 def test_the_raw_sdk_request_telemetry_records_what_the_domain_helpers_record() -> None:
-    """The shape of ``micro.agent_telemetry_costs``: the same spans, points, labels and buckets."""
+    """``micro.agent_telemetry_costs``'s request: the same spans, points, labels and buckets."""
 
     def request(telemetry: AgentLoopTelemetry) -> None:
-        with telemetry.invoke_agent(AGENT, conversation_id="conv-1", max_steps=5) as run:
-            for step in range(1, 4):
-                with telemetry.agent_step(run, step):
-                    with telemetry.model_call(
-                        AGENT, MODEL, server_address="127.0.0.1", server_port=8000
-                    ) as call:
-                        call.record_usage(40 + step, 12, response_model=MODEL, finish_reasons=["tool_calls"])
-                    if step < 3:
-                        with telemetry.tool_call(AGENT, "add", call_id=f"call_{step}", arguments={"a": 2}):
-                            pass
-            telemetry.record_window_tokens(AGENT, 160)
+        micro.record_request(telemetry, AGENT, MODEL, window_tokens=160)
 
     (kaos_spans, kaos_points), (raw_spans, raw_points) = _both(request)
     assert len(kaos_spans) == 9 and sum(point[3] for point in kaos_points) == 23
