@@ -162,10 +162,8 @@ class SigNozClient:
             )
         except httpx.InvalidURL as exc:
             raise ImportFailed(f"the SigNoz URL {url!r} is not valid: {exc} (--signoz / SIGNOZ_URL)") from exc
-        if self._http.base_url.scheme not in (
-            "http",
-            "https",
-        ):  # "localhost:8080" reads as scheme "localhost"
+        # "localhost:8080" reads as scheme "localhost"
+        if self._http.base_url.scheme not in ("http", "https"):
             raise ImportFailed(
                 f"the SigNoz URL {url!r} is not valid: it starts with neither http:// nor https:// "
                 "(--signoz / SIGNOZ_URL)"
