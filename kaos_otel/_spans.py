@@ -57,7 +57,7 @@ _END_LOCK = threading.Lock()
 ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
 """Outcomes of an operation that failed: ERROR status, and ``error.type`` on the convention's metrics."""
 _OVERRIDDEN_BY_EXCEPTION = frozenset({None, Outcome.SUCCESS, Outcome.DEGRADED})
-OUTCOME_VALUES = frozenset(member.value for member in Outcome)
+_OUTCOME_VALUES = frozenset(member.value for member in Outcome)
 """Every outcome's value (``Outcome`` is a ``StrEnum``)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -212,13 +212,10 @@ class SpanHandle:
     def set_outcome(self, outcome: Outcome | str, error_type: str | None = None) -> None:
         """Record how the operation ended when it was not by an exception (e.g. ``max_steps``); a
         value naming no outcome (in any case) is logged and the outcome so far kept."""
-        if not isinstance(outcome, Outcome):
-            text = safe_str(outcome).strip().lower()
-            if text not in OUTCOME_VALUES:
-                internal_error("set_outcome", ValueError(f"not an outcome: {text[:80]!r}"))
-                return
-            outcome = Outcome(text)
-        self._outcome = outcome
+        named = outcome_named("set_outcome", outcome)
+        if named is None:
+            return
+        outcome = self._outcome = named
         if error_type is not None:
             self._error_type = error_type if type(error_type) is str else safe_str(error_type)
         elif outcome in ERROR_OUTCOMES and self._error_type is None:
@@ -327,6 +324,19 @@ class SpanHandle:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.__exit__(exc_type, exc, tb)
+
+
+def outcome_named(where: str, value: object) -> Outcome | None:
+    """``value`` as an outcome: a member, or its value in any case, spaces around it; else
+    ``None``, logged as an internal error of ``where`` (counted as another outcome, it would be a
+    wrong number)."""
+    if isinstance(value, Outcome):
+        return value
+    text = safe_str(value).strip().lower()
+    if text in _OUTCOME_VALUES:
+        return Outcome(text)
+    internal_error(where, ValueError(f"not an outcome: {text[:80]!r}"))
+    return None
 
 
 def live_context(ctx: Context) -> Context:

@@ -29,12 +29,12 @@ from kaos_otel._internal_log import internal_error, log_once
 from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
 from kaos_otel._spans import (
     NOOP_HANDLE,
-    OUTCOME_VALUES,
     EndCallback,
     NoopSpanHandle,
     SpanFactory,
     SpanHandle,
     SpanScope,
+    outcome_named,
 )
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
 from kaos_otel.exporters.health import TelemetryHealth
@@ -798,7 +798,7 @@ class AgentTelemetry:
     def record_compaction(self, agent_name: str, outcome: Outcome | str = Outcome.SUCCESS) -> None:
         """Record one short-term window compaction (the outcome in any case; one naming no
         outcome is logged and not recorded)."""
-        member = _outcome("record_compaction", outcome)
+        member = outcome_named("record_compaction", outcome)
         if member is not None:
             self._record("record_compaction", self._metrics.record_compaction, agent_name, member)
 
@@ -808,7 +808,8 @@ class AgentTelemetry:
         """Record the delay from compaction to long-term extraction finishing (a lag that is not a
         finite number of seconds from 0, or an outcome naming no outcome, is logged and not
         recorded)."""
-        seconds, member = _seconds("record_extraction_lag", lag_s), _outcome("record_extraction_lag", outcome)
+        seconds = _seconds("record_extraction_lag", lag_s)
+        member = outcome_named("record_extraction_lag", outcome)
         if seconds is not None and member is not None:
             self._record(
                 "record_extraction_lag", self._metrics.record_extraction_lag, agent_name, seconds, member
@@ -875,17 +876,6 @@ def _seconds(where: str, value: object) -> float | None:
 
 _MAX_SECONDS = 1e12
 """About 30,000 years: any duration a process measures, and no infinity or overflowing int."""
-
-
-def _outcome(where: str, value: object) -> Outcome | None:
-    """``value`` as an outcome (a member, or its value in any case, as ``set_outcome`` takes
-    it), else ``None``, logged: counted as another outcome, it would be a wrong number."""
-    if isinstance(value, Outcome):
-        return value
-    if isinstance(text := _folded(value), str) and text in OUTCOME_VALUES:
-        return Outcome(text)
-    internal_error(where, ValueError(f"not an outcome: {_described(value)}"))
-    return None
 
 
 def _folded(value: _T) -> _T | str:
