@@ -881,7 +881,9 @@ _MAX_SECONDS = 1e12
 def _folded(value: _T) -> _T | str:
     """Text as the catalog's enums spell their values (lower case, no spaces around), so that
     ``"LONG_TERM"`` or ``"Delegated"`` is not recorded as another value; anything else as it is."""
-    return value.strip().lower() if isinstance(value, str) else value
+    if isinstance(value, str) and type(value) is str:  # a member (a str too) as it is: no lookup
+        return value.strip().lower()
+    return value
 
 
 def _identity(fn: F) -> F:
