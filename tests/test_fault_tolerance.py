@@ -504,8 +504,7 @@ class RecordingExporter(SpanExporter):
         pass
 
 
-@pytest.mark.parametrize("fail", [False, True])
-def test_batches_go_out_in_slices_and_a_failed_request_ends_the_batch(fail: bool) -> None:
+def test_batches_go_out_in_slices_and_after_a_failed_request_a_small_probe_goes_first() -> None:
     finished = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(finished))
@@ -513,23 +512,30 @@ def test_batches_go_out_in_slices_and_a_failed_request_ends_the_batch(fail: bool
     for i in range(300):
         tracer.start_span("slice", attributes={"test.index": i}).end()
     spans = finished.get_finished_spans()
-    inner = RecordingExporter(fail)
+    inner = RecordingExporter(fail=False)
     health = TelemetryHealth()
     exporter = SanitizingSpanExporter(inner, ContentPolicy(), health)
-    result = exporter.export(spans)
-    if fail:
-        assert result is SpanExportResult.FAILURE
-        assert inner.requests == [64]  # the collector refused: the rest of the batch is not sent
-        assert health.dropped("traces") == 300  # ... and all of it is counted as lost
-    else:
-        assert result is SpanExportResult.SUCCESS
-        assert inner.requests == [64, 236]  # a small first request, then larger ones
-        assert health.dropped() == 0
+
+    def export(fail: bool) -> list[int]:
+        inner.fail = fail
+        inner.requests.clear()
+        assert exporter.export(spans) is (SpanExportResult.FAILURE if fail else SpanExportResult.SUCCESS)
+        return inner.requests
+
+    assert export(fail=False) == [256, 44]  # the collector takes them: requests of up to 256
+    assert health.dropped() == 0
+    assert export(fail=True) == [256]  # the collector refused: the rest of the batch is not sent
+    assert health.dropped("traces") == 300  # ... and all of it is counted as lost
+    assert export(fail=True) == [64]  # after a failure, a small probe goes first
+    assert health.dropped("traces") == 600
+    assert export(fail=False) == [64, 236]  # the probe got through: the rest in larger requests
+    assert export(fail=False) == [256, 44]  # and the next batch is sliced as before the failure
+    assert health.dropped("traces") == 600
+
+    smaller = SanitizingSpanExporter(inner, ContentPolicy(), health, max_request_spans=100)
     inner.requests.clear()
-    assert SanitizingSpanExporter(inner, ContentPolicy(), health, max_request_spans=100).export(spans) is (
-        SpanExportResult.FAILURE if fail else SpanExportResult.SUCCESS
-    )
-    assert inner.requests == ([64] if fail else [64, 100, 100, 36])
+    assert smaller.export(spans) is SpanExportResult.SUCCESS
+    assert inner.requests == [100, 100, 100]
 
 
 class UncleanableSpan(ReadableSpan):
