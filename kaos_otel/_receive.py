@@ -8,6 +8,7 @@ are printed as a continuation of the trace.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -224,11 +225,11 @@ def run_receive(options: ReceiveOptions, stdin: TextIO | None = None) -> int:
     try:
         receiver.start()
     except OSError as exc:
-        print(
-            f"kaos-otel receive: error: {exc} (another receiver or collector? --grpc-port 0 "
-            "--http-port 0 picks free ports)",
-            file=sys.stderr,
-        )
+        # gRPC reports no errno: its port is bound after HTTP's on the same host, so taken too
+        cause = exc.__cause__
+        port_taken = not isinstance(cause, OSError) or cause.errno == errno.EADDRINUSE
+        hint = " (another receiver or collector? --grpc-port 0 --http-port 0 picks free ports)"
+        print(f"kaos-otel receive: error: {exc}{hint if port_taken else ''}", file=sys.stderr)
         return 1
     printer = _Printer(sys.stdout, options.json_mode, options.color)
     stop = threading.Event()

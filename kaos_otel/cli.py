@@ -286,7 +286,9 @@ def _parser() -> argparse.ArgumentParser:
         "--http-port", type=port_number, default=4318, help="OTLP/HTTP port (default 4318; 0: any)"
     )
     receive.add_argument(
-        "--host", default="127.0.0.1", help="IPv4 address to listen on (default 127.0.0.1; 0.0.0.0: all)"
+        "--host",
+        default="127.0.0.1",
+        help="IPv4 or IPv6 address to listen on (default 127.0.0.1; 0.0.0.0 or ::, all)",
     )
     receive.add_argument(
         "--out",
@@ -427,6 +429,8 @@ def add_signoz_import_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``kaos-otel`` command; returns the exit status."""
+    if sys.stdout is None:  # started with its output closed (`>&-`): as if its reader had gone
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the process's stdout, open until exit)
     try:
         args = parse_args(_parser(), argv)
         result: int = args.handler(args)

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import socket
 import threading
 import time
 import zlib
@@ -497,6 +498,8 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, receiver: OtlpReceiver, host: str, port: int) -> None:
+        if ":" in host:  # an IPv6 address
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), _HttpHandler)
         self.receiver = receiver
 
@@ -601,13 +604,16 @@ class OtlpReceiver:
     ) -> None:
         """``grpc_port`` / ``http_port``: fixed ports (to restart on the same ones); 0 picks free ports.
 
-        ``host``: the IPv4 address both servers listen on (``0.0.0.0`` for every interface).
+        ``host``: the IPv4 or IPv6 address both servers listen on (``0.0.0.0`` or ``::`` for every
+        interface).
         """
         self._json_path = json_path
         self._json_line_started = False
         """Whether this receiver wrote to the JSON file yet (its first write may finish a partial line)."""
         self._wanted_ports = (grpc_port, http_port)
         self._host = host
+        self._url_host = f"[{host}]" if ":" in host else host
+        """The host as a URL or gRPC address writes it (an IPv6 address in brackets)."""
         self._on_receive = on_receive
         self._keep = keep
         self._lock = threading.Lock()
@@ -637,9 +643,8 @@ class OtlpReceiver:
         try:
             http_server = _HttpServer(self, self._host, self._wanted_ports[1])
         except OSError as exc:
-            raise OSError(
-                f"cannot listen for OTLP/HTTP on {self._host}:{self._wanted_ports[1]}: {exc.strerror or exc}"
-            ) from exc
+            address = f"{self._url_host}:{self._wanted_ports[1]}"
+            raise OSError(f"cannot listen for OTLP/HTTP on {address}: {exc.strerror or exc}") from exc
         # Without SO_REUSEPORT (gRPC's default), a port another receiver holds is refused rather
         # than shared with it, each then getting a share of the exports.
         server = grpc.server(
@@ -650,7 +655,7 @@ class OtlpReceiver:
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-        grpc_address = f"{self._host}:{self._wanted_ports[0]}"
+        grpc_address = f"{self._url_host}:{self._wanted_ports[0]}"
         try:
             self._grpc_port = server.add_insecure_port(grpc_address)
         except RuntimeError as exc:  # grpc reports a taken port as "Failed to bind"
@@ -698,14 +703,14 @@ class OtlpReceiver:
         """``http://HOST:PORT`` of the gRPC server."""
         if self._grpc_server is None:
             raise RuntimeError("OtlpReceiver not started")
-        return f"http://{self._host}:{self._grpc_port}"
+        return f"http://{self._url_host}:{self._grpc_port}"
 
     @property
     def http_endpoint(self) -> str:
         """``http://HOST:PORT`` of the HTTP server (append ``/v1/traces`` etc.)."""
         if self._http_server is None:
             raise RuntimeError("OtlpReceiver not started")
-        return f"http://{self._host}:{self._http_server.server_address[1]}"
+        return f"http://{self._url_host}:{self._http_server.server_address[1]}"
 
     # fault injection ---------------------------------------------------------------------
 

@@ -250,6 +250,20 @@ def test_receive_names_the_port_it_cannot_bind() -> None:
     assert "--http-port 0" in done.stderr
 
 
+def test_receive_listens_on_an_ipv6_address_and_names_a_host_it_cannot_use() -> None:
+    with _receive_process("--host", "::1", "--json") as (_, lines, endpoint):
+        assert endpoint.startswith("http://[::1]:")
+        _send_span(endpoint, {"n": 1.0})
+        assert lines.next_json("trace")["spans"][0]["name"] == "measured"
+    done = subprocess.run(
+        [*RECEIVE, "--host", "no-such-host.invalid"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "cannot listen for OTLP/HTTP on no-such-host.invalid:0" in done.stderr
+    assert "another receiver" not in done.stderr  # the host is the problem, not a taken port
+
+
 @pytest.mark.fast
 def test_metric_totals_take_key_value_list_labels() -> None:
     point = ReceivedMetricPoint(
@@ -367,6 +381,11 @@ def test_every_command_stops_quietly_when_its_output_is_closed(tmp_path: Path) -
         finally:
             os.close(writer)
         assert (done.returncode, done.stderr) == (0, ""), words
+        closed = subprocess.run(  # `kaos-otel ... >&-`: started with no standard output at all
+            ["bash", "-c", 'exec "$@" >&-', "-", sys.executable, "-m", "kaos_otel", *words],
+            stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert (closed.returncode, closed.stderr) == (0, ""), words
 
 
 @pytest.mark.fast
