@@ -23,6 +23,9 @@ _YELLOW = "\x1b[33m"
 
 def format_duration(seconds: float) -> str:
     """Format a duration: ``12 ms`` / ``3.4 ms`` below 0.1 s, ``0.50 s`` / ``1.23 s`` above."""
+    if seconds < 0:  # a span that ends before it starts (its wall clock stepped back)
+        magnitude = format_duration(-seconds)
+        return magnitude if magnitude == "0.0 ms" else f"-{magnitude}"
     if seconds < 0.01:
         return f"{seconds * 1000:.1f} ms"
     if seconds < 0.1:

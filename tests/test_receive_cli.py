@@ -25,7 +25,7 @@ from kaos_otel import KaosOtelManager, catalog
 from kaos_otel import _receive as receive_module
 from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
 from kaos_otel._receive import CompletedTrace, TraceAssembler, _Printer
-from kaos_otel._trace_tree import is_startup_trace, render_trace_trees
+from kaos_otel._trace_tree import format_duration, is_startup_trace, render_trace_trees
 from kaos_otel.cli import main as kaos_otel_main
 from kaos_otel.receiver import ReceivedMetricPoint, ReceivedSpan
 
@@ -386,6 +386,14 @@ def test_every_command_stops_quietly_when_its_output_is_closed(tmp_path: Path) -
             stderr=subprocess.PIPE, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert (closed.returncode, closed.stderr) == (0, ""), words
+
+
+@pytest.mark.fast
+def test_a_span_that_ends_before_it_starts_shows_its_negative_duration_in_the_same_units() -> None:
+    assert format_duration(-1e-9) == "0.0 ms"  # not "-0.0 ms"
+    assert format_duration(-0.05) == "-50 ms"
+    assert format_duration(-0.5) == "-0.50 s"  # not "-500.0 ms"
+    assert format_duration(0.5) == "0.50 s"
 
 
 @pytest.mark.fast
