@@ -544,6 +544,24 @@ def test_a_forget_whose_history_purge_fails_leaves_mem0_writable(
         long_term.close()
 
 
+def test_a_long_term_tier_that_fails_to_load_leaves_no_files_nor_instrumentation(
+    make_otel: Callable[..., KaosOtelManager], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from kaos_otel.instrumentation.mem0 import Mem0Instrumentor, offline
+
+    def unavailable(*args: object, **kwargs: object) -> None:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(offline, "offline_memory", unavailable)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    instrumented_before = Mem0Instrumentor().is_instrumented_by_opentelemetry
+    long_term = LongTermMemory(_otel(make_otel), "http://127.0.0.1:9/v1")
+    with pytest.raises(OSError, match="no space left"):
+        long_term.load()
+    assert list(tmp_path.glob("kaos-mem0-*")) == []
+    assert Mem0Instrumentor().is_instrumented_by_opentelemetry is instrumented_before
+
+
 def test_long_term_calls_from_many_threads_take_turns(make_otel: Callable[..., KaosOtelManager]) -> None:
     """Requests run memory calls in threads; Mem0's local store raised IndexError (and could keep
     raising) when two reached it at once."""

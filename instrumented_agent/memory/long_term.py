@@ -39,18 +39,25 @@ class LongTermMemory:
         self._dir: Path | None = None
 
     def load(self) -> None:
-        """Import mem0 (telemetry off), instrument it with this agent's telemetry and build it."""
+        """Import mem0 (telemetry off), instrument it with this agent's telemetry and build it.
+
+        A load that fails leaves nothing behind: no instrumentation, no files.
+        """
         os.environ.setdefault("MEM0_TELEMETRY", "False")
         self._dir = Path(tempfile.mkdtemp(prefix="kaos-mem0-"))
         os.environ.setdefault("MEM0_DIR", str(self._dir))
-        from kaos_otel.instrumentation.mem0 import Mem0Instrumentor
-        from kaos_otel.instrumentation.mem0.offline import offline_memory
+        try:
+            from kaos_otel.instrumentation.mem0 import Mem0Instrumentor
+            from kaos_otel.instrumentation.mem0.offline import offline_memory
 
-        instrumentor = Mem0Instrumentor()
-        if not instrumentor.is_instrumented_by_opentelemetry:
-            instrumentor.instrument(telemetry=self._otel)
-            self._instrumented = True
-        self._memory = offline_memory(self._llm_base_url, history_db_path=self._dir / "history.db")
+            instrumentor = Mem0Instrumentor()
+            if not instrumentor.is_instrumented_by_opentelemetry:
+                instrumentor.instrument(telemetry=self._otel)
+                self._instrumented = True
+            self._memory = offline_memory(self._llm_base_url, history_db_path=self._dir / "history.db")
+        except BaseException:
+            self.close()
+            raise
         if self._faults is not None:  # the demo's memory faults hit the store inside Mem0's traced calls
             self._memory.vector_store = _FaultyStore(self._memory.vector_store, self._faults)
 
