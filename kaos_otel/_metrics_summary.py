@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,7 @@ from kaos_otel._trace_tree import format_duration, printable
 if TYPE_CHECKING:  # the receiver (gRPC server, protobuf) is imported only by its callers
     from kaos_otel.receiver import ReceivedMetricPoint
 
-__all__ = ["SeriesTotal", "metrics_summary", "render_metrics_summary"]
+__all__ = ["LatestPoints", "SeriesTotal", "metrics_summary", "render_metrics_summary"]
 
 _MAX_SERIES = 12
 
@@ -60,18 +60,43 @@ def _label_value(value: Any) -> Any:
     return value
 
 
-def metrics_summary(points: Sequence[ReceivedMetricPoint]) -> list[SeriesTotal]:
+_PeriodKey = tuple[str, str, tuple[tuple[str, Any], ...], str, int]
+
+
+class LatestPoints:
+    """The latest point of each counting period of each series and meter: all a summary reads.
+
+    Cumulative exports repeat a period's running total, so a receiver that keeps only these holds
+    one point per series (and process start) however long it runs; delta exports give each period
+    its own start, and the same period to every meter's instruments.
+    """
+
+    def __init__(self, points: Iterable[ReceivedMetricPoint] = ()) -> None:
+        self._latest: dict[_PeriodKey, ReceivedMetricPoint] = {}
+        self.add(points)
+
+    def add(self, points: Iterable[ReceivedMetricPoint]) -> None:
+        """Keep each point that is the latest of its counting period so far."""
+        latest = self._latest
+        for point in points:
+            attributes = tuple(sorted((k, _label_value(v)) for k, v in point.attributes.items()))
+            key = (point.name, point.service_name, attributes, point.scope_name, point.start_time_unix_nano)
+            if key not in latest or point.time_unix_nano >= latest[key].time_unix_nano:
+                latest[key] = point
+
+    def points(self) -> list[ReceivedMetricPoint]:
+        """The points kept, a snapshot."""
+        return list(self._latest.values())
+
+    def items(self) -> list[tuple[_PeriodKey, ReceivedMetricPoint]]:
+        """``(period key, latest point)`` pairs, a snapshot."""
+        return list(self._latest.items())
+
+
+def metrics_summary(points: Iterable[ReceivedMetricPoint]) -> list[SeriesTotal]:
     """Totals per (metric, service, labels), sorted by metric name then labels."""
-    # the latest point of each counting period of each meter (cumulative exports repeat a period's
-    # running total; delta ones give the same period to every meter's instruments)
-    latest: dict[tuple[str, str, tuple[tuple[str, Any], ...], str, int], ReceivedMetricPoint] = {}
-    for point in points:
-        attributes = tuple(sorted((k, _label_value(v)) for k, v in point.attributes.items()))
-        key = (point.name, point.service_name, attributes, point.scope_name, point.start_time_unix_nano)
-        if key not in latest or point.time_unix_nano >= latest[key].time_unix_nano:
-            latest[key] = point
     periods: dict[tuple[str, str, tuple[tuple[str, Any], ...]], list[ReceivedMetricPoint]] = defaultdict(list)
-    for (name, service, attributes, _, _), point in latest.items():
+    for (name, service, attributes, _, _), point in LatestPoints(points).items():
         periods[name, service, attributes].append(point)
     totals: list[SeriesTotal] = []
     for (name, service, attributes), members in sorted(periods.items(), key=lambda item: repr(item[0])):
@@ -120,7 +145,7 @@ def _line(total: SeriesTotal) -> str:
     return f"    {total.service or '?'}  {labels}  {figures}"
 
 
-def render_metrics_summary(points: Sequence[ReceivedMetricPoint]) -> str:
+def render_metrics_summary(points: Iterable[ReceivedMetricPoint]) -> str:
     """Human-readable metrics summary: each metric, then up to 12 of its series with their totals."""
     totals = metrics_summary(points)
     if not totals:

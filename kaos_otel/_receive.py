@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
+from kaos_otel._metrics_summary import LatestPoints, metrics_summary, render_metrics_summary
 from kaos_otel._trace_tree import format_duration, is_startup_trace, printable, render_trace_trees
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan, ReceivedTelemetry
 
@@ -193,13 +193,13 @@ def run_receive(options: ReceiveOptions, stdin: TextIO | None = None) -> int:
     """
     assembler = TraceAssembler(options.settle_s)
     counts = {"spans": 0, "points": 0, "logs": 0}
-    points: list[Any] = []
+    points = LatestPoints()  # a summary reads only these: all points would grow without end
     points_lock = threading.Lock()
 
     def on_receive(received: ReceivedTelemetry) -> None:
         assembler.add(received.spans, time.monotonic())
         with points_lock:
-            points.extend(received.metric_points)
+            points.add(received.metric_points)
             counts["spans"] += len(received.spans)
             counts["points"] += len(received.metric_points)
             counts["logs"] += len(received.logs)
@@ -239,7 +239,7 @@ def run_receive(options: ReceiveOptions, stdin: TextIO | None = None) -> int:
 
     def summary() -> None:
         with points_lock:
-            snapshot = list(points)
+            snapshot = points.points()
         printer.event(
             {"event": "metrics", "series": [t.as_dict() for t in metrics_summary(snapshot)]},
             "\n" + render_metrics_summary(snapshot) + "\n",

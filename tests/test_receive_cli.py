@@ -23,7 +23,7 @@ import pytest
 
 from kaos_otel import KaosOtelManager, catalog
 from kaos_otel import _receive as receive_module
-from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
+from kaos_otel._metrics_summary import LatestPoints, metrics_summary, render_metrics_summary
 from kaos_otel._receive import CompletedTrace, TraceAssembler, _Printer
 from kaos_otel._trace_tree import format_duration, is_startup_trace, render_trace_trees
 from kaos_otel.cli import main as kaos_otel_main
@@ -80,6 +80,18 @@ def test_metric_totals_add_counting_periods_and_keep_the_latest_cumulative_value
         5,
         {"kaos.outcome": "success"},
     )
+
+
+@pytest.mark.fast
+def test_receive_keeps_one_point_per_cumulative_series_and_counting_period() -> None:
+    """A receiver left running keeps what its summary reads, not every point it was sent."""
+    latest = LatestPoints()
+    for sent in range(1, 1001):  # a process exporting its running total 1,000 times
+        latest.add([_point(sent, start=100, time=100 + sent)])
+    latest.add([_point(2, start=200, time=210)])  # a restarted process: a period of its own
+    assert len(latest.points()) == 2
+    (total,) = metrics_summary(latest.points())
+    assert total.value == 1002
 
 
 class _Lines:
