@@ -35,7 +35,7 @@ class _InTraceOf(Generic[T]):
     fn: Callable[..., T]
     headers: dict[str, str]
 
-    def __call__(self, *args: Any, **kwargs: Any) -> T:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> T:
         token = context_api.attach(extract_incoming(self.headers).parent)
         try:
             return self.fn(*args, **kwargs)
@@ -51,7 +51,9 @@ def _in_callers_context(executor: Executor | None, fn: F) -> F:
     return cast(F, functools.partial(contextvars.copy_context().run, fn))
 
 
-def submit_in_context(executor: Executor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+def submit_in_context(
+    executor: Executor, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+) -> Future[T]:
     """``executor.submit`` that runs ``fn`` in a copy of the caller's context (spans, baggage); in a
     process pool's worker, in the caller's trace (``fn``'s spans are children of the current span
     when the worker has telemetry of its own: a manager made in the pool's initializer)."""

@@ -10,10 +10,9 @@ import re
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from opentelemetry import baggage, trace
-from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -23,22 +22,52 @@ from kaos_otel._config import TrustPolicy, name_set
 from kaos_otel._internal_log import internal_error
 
 _TRACE_CONTEXT = TraceContextTextMapPropagator()
-_BAGGAGE = W3CBaggagePropagator()
 MAX_HEADER_LENGTH = 8192
+_MAX_BAGGAGE_MEMBERS = 180
+_TOKEN_PUNCTUATION = "!#$%&'*+-.^_`|~"
+"""What an RFC 9110 token holds besides letters and digits."""
 
 
 def inject_headers(
     headers: MutableMapping[str, str] | None = None, *, context: Context | None = None, baggage: bool = False
 ) -> MutableMapping[str, str]:
-    """Add ``traceparent``/``tracestate`` (and ``baggage`` only if asked) for the current context."""
+    """Add ``traceparent``/``tracestate`` (and ``baggage`` only if asked) for the current context.
+
+    A field it sets replaces the carrier's field of that name in any case, and a ``traceparent``
+    the carrier's ``tracestate``: a header sent on holds one trace context, this one.
+    """
     carrier: MutableMapping[str, str] = {} if headers is None else headers
     try:
-        _TRACE_CONTEXT.inject(carrier, context=context)
+        fields: dict[str, str] = {}
+        _TRACE_CONTEXT.inject(fields, context=context)
         if baggage:
-            _BAGGAGE.inject(carrier, context=context)
+            header = _baggage_header(context)
+            if header:
+                fields["baggage"] = header
+        replaced = {*fields, "tracestate"} if "traceparent" in fields else set(fields)
+        for key in [key for key in carrier if isinstance(key, str) and key.lower() in replaced]:
+            del carrier[key]
+        carrier.update(fields)
     except Exception as exc:
         internal_error("injecting trace context", exc)
     return carrier
+
+
+def _baggage_header(context: Context | None) -> str:
+    """The W3C ``baggage`` value of the context's entries: values percent-encoded as UTF-8 (a
+    space as ``%20``: a ``+`` is a plus to a W3C receiver, kaos-otel's included), keys as they are
+    but for characters a token cannot hold; whole members only, as many as fit in
+    :data:`MAX_HEADER_LENGTH` characters, at most 180 (OpenTelemetry's propagator's limits)."""
+    members: list[str] = []
+    length = -1  # no comma before the first member
+    for key, value in baggage.get_all(context).items():
+        member = f"{quote(str(key), safe=_TOKEN_PUNCTUATION)}={quote(str(value), safe='')}"
+        if length + 1 + len(member) <= MAX_HEADER_LENGTH:
+            members.append(member)
+            length += 1 + len(member)
+            if len(members) == _MAX_BAGGAGE_MEMBERS:
+                break
+    return ",".join(members)
 
 
 class _HasHeaders(Protocol):
@@ -54,10 +83,7 @@ def inject_request_hook(request: _HasHeaders) -> None:
     ``httpx.Client(event_hooks={"request": [inject_request_hook]})``; works with any request
     object that has a mutable ``headers`` mapping.
     """
-    carrier: dict[str, str] = {}
-    inject_headers(carrier)
-    for key, value in carrier.items():
-        request.headers[key] = value
+    inject_headers(request.headers)
 
 
 async def async_inject_request_hook(request: _HasHeaders) -> None:
@@ -74,8 +100,11 @@ class IncomingContext:
     trust: TrustPolicy
 
 
-Headers = Mapping[str, str] | Iterable[tuple[str, str]]
-"""Request headers: a mapping, or (name, value) pairs where a name may repeat (ASGI, WSGI)."""
+Headers = Mapping[str, object] | Mapping[bytes, object] | Iterable[tuple[str | bytes, object]]
+"""Request headers: a mapping, or (name, value) pairs where a name may repeat (an ASGI scope's
+``headers``, a WSGI framework's header list). Names and values are text or bytes (read as
+Latin-1); a value may be a list of field lines; what is neither (a number in an MCP ``_meta``)
+is no field line."""
 
 _HEX_FIELDS = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _ZERO_TRACE_ID = "0" * 32
@@ -91,17 +120,35 @@ MAX_TRACESTATE_MEMBERS = 32
 _OWS = " \t"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 """Control characters (C0, DEL, C1) and the Unicode line and paragraph separators."""
-_BAGGAGE_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAGGAGE_KEY = re.compile(f"[{re.escape(_TOKEN_PUNCTUATION)}0-9A-Za-z]+")
 """A baggage key: an RFC 9110 token."""
 _BAGGAGE_VALUE = re.compile(r"(?:[\x21\x23\x24\x26-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]|%[0-9A-Fa-f]{2})*")
 """A baggage value: baggage-octets (printable ASCII but for ``"``, ``,``, ``;`` and ``\\``), and a
 ``%`` only as a percent-encoding."""
 
 
+def _text(value: object) -> str | None:
+    """A header name or field line as text (bytes as Latin-1, as HTTP sends them), or ``None``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray):
+        return value.decode("latin-1")
+    return None
+
+
 def combined_fields(headers: Headers, name: str) -> list[str]:
     """Every field line of header ``name`` (any case), in order, each without surrounding whitespace."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers
-    return [value.strip(_OWS) for key, value in pairs if key.lower() == name]
+    fields: list[str] = []
+    for key, value in pairs:
+        text = _text(key)
+        if text is None or text.lower() != name:
+            continue
+        for line in value if isinstance(value, list | tuple) else (value,):
+            field = _text(line)
+            if field is not None:
+                fields.append(field.strip(_OWS))
+    return fields
 
 
 def parse_traceparent(fields: Sequence[str]) -> tuple[str, str, int] | None:

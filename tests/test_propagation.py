@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import multiprocessing
 import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -23,7 +25,7 @@ from fastapi.responses import StreamingResponse
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
 
-from kaos_otel import KaosOtelManager, TrustPolicy, catalog, run_in_executor_in_context
+from kaos_otel import KaosOtelManager, TrustPolicy, catalog, run_in_executor_in_context, submit_in_context
 from kaos_otel._logs import console_handler
 from kaos_otel.instrumentation.asgi import TraceContextMiddleware
 from kaos_otel.propagation import (
@@ -586,3 +588,23 @@ def test_a_trust_setting_is_read_in_any_case_and_an_unknown_one_trusts_nothing(
     unknown = setting is not None and setting.strip().lower() not in ("", "trusted", "link", "ignore")
     warned = [r.getMessage() for r in caplog.records if "is not trusted, link or ignore" in r.getMessage()]
     assert bool(warned) == unknown, warned
+
+
+# --- executors ------------------------------------------------------------------------------------
+
+
+def keywords_seen(**kwargs: str) -> dict[str, str]:
+    """The keyword arguments a worker was called with (a process pool's, by name)."""
+    return kwargs
+
+
+def test_work_may_take_keywords_named_as_the_helpers_own_parameters() -> None:
+    """As ``Executor.submit`` passes them: ``fn=``, ``executor=`` and ``self=`` go to the work,
+    in a thread pool and a process pool (before, a TypeError in the caller)."""
+    sent = {"fn": "f", "executor": "e", "self": "s"}
+    with (
+        ThreadPoolExecutor(max_workers=1) as threads,
+        ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as processes,
+    ):
+        assert submit_in_context(threads, keywords_seen, **sent).result(timeout=60) == sent
+        assert submit_in_context(processes, keywords_seen, **sent).result(timeout=60) == sent

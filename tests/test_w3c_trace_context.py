@@ -6,13 +6,17 @@ Header pairs are given as an ASGI server hands them over: a name may repeat.
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
 import pytest
 from opentelemetry import baggage, trace
 from opentelemetry import context as context_api
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import SpanContext
 
 from kaos_otel._config import TrustPolicy
-from kaos_otel.propagation import IncomingContext, extract_incoming
+from kaos_otel.propagation import IncomingContext, extract_incoming, inject_headers, inject_request_hook
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN = "00f067aa0ba902b7"
@@ -239,3 +243,76 @@ def test_incoming_baggage_is_the_callers_only(caplog: pytest.LogCaptureFixture) 
     assert baggage.get_all(sent) == {"region": "eu"}
     assert baggage.get_all(flood) == {}
     assert [record.getMessage() for record in caplog.records] == []
+
+
+def test_baggage_sent_by_inject_headers_is_read_back_unchanged() -> None:
+    """A space goes as ``%20`` (a ``+`` is a plus to a W3C receiver): kaos-otel's parser and
+    OpenTelemetry's read every value as it was set; token keys go as they are."""
+    sent = {"city": "New York", "expr": "1+1 = 2", "name": "Jos\u00e9", "share": "100%", "q": 'a,b;c="d"\\'}
+    context = trace.set_span_in_context(
+        trace.NonRecordingSpan(SpanContext(int(TRACE, 16), int(SPAN, 16), is_remote=True))
+    )
+    for key, value in sent.items():
+        context = baggage.set_baggage(key, value, context)
+    context = baggage.set_baggage("user.tier-1", "gold", context)
+    headers = inject_headers(context=context, baggage=True)
+    assert "user.tier-1=gold" in headers["baggage"].split(",")
+    received = incoming(*headers.items(), allow=(*sent, "user.tier-1")).parent
+    assert baggage.get_all(received) == {**sent, "user.tier-1": "gold"}
+    assert baggage.get_all(W3CBaggagePropagator().extract(headers)) == {**sent, "user.tier-1": "gold"}
+
+
+# --- carriers ---------------------------------------------------------------------------------
+
+
+def test_bytes_headers_as_an_asgi_scope_holds_them_are_read() -> None:
+    scope_headers = [(b"traceparent", PARENT.encode()), (b"tracestate", b"v=1"), (b"baggage", b"k=a%20b")]
+    for headers in (scope_headers, dict(scope_headers)):
+        context = extract_incoming(headers, baggage_allowlist=("k",)).parent
+        found = trace.get_current_span(context).get_span_context()
+        assert (found.trace_id, found.span_id) == (int(TRACE, 16), int(SPAN, 16)), headers
+        assert list(found.trace_state.items()) == [("v", "1")]
+        assert baggage.get_all(context) == {"k": "a b"}
+
+
+def test_a_list_value_is_its_field_lines_and_a_value_that_is_no_text_is_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As an MCP ``_meta`` (JSON) may carry them: a number as ``tracestate`` or ``baggage`` loses
+    neither the valid ``traceparent`` nor logs a failure."""
+    carriers: list[dict[Any, object]] = [
+        {"traceparent": [PARENT], "tracestate": ["a=1", "b=2"]},
+        {"traceparent": PARENT, "tracestate": 5, "baggage": {"k": "v"}, 7: "x"},
+    ]
+    states = []
+    for carrier in carriers:
+        found = trace.get_current_span(extract_incoming(carrier, baggage_allowlist=("k",)).parent)
+        assert found.get_span_context().trace_id == int(TRACE, 16), carrier
+        states.append(list(found.get_span_context().trace_state.items()))
+    assert states == [[("a", "1"), ("b", "2")], []]
+    assert remote(("traceparent", [PARENT, PARENT])) is None  # type: ignore[arg-type]  # two lines
+    assert [record.getMessage() for record in caplog.records] == []
+
+
+def test_injected_fields_replace_the_carriers_own_in_any_case() -> None:
+    """Headers forwarded with another trace's context (any case) go on with this one alone: not two
+    ``traceparent`` fields (a new root at the receiver), nor the other trace's ``tracestate``."""
+    ours = f"00-{'a' * 32}-{'b' * 16}-00"
+    context = trace.set_span_in_context(
+        trace.NonRecordingSpan(SpanContext(int("a" * 32, 16), int("b" * 16, 16), is_remote=True))
+    )
+    forwarded = {"TraceParent": PARENT, "TraceState": "theirs=1", "Baggage": "k=1", "Accept": "*/*"}
+    plain = inject_headers(dict(forwarded), context=context)
+    assert plain == {"Baggage": "k=1", "Accept": "*/*", "traceparent": ours}
+    sent = baggage.set_baggage("k", "2", context)
+    expected = {"Accept": "*/*", "traceparent": ours, "baggage": "k=2"}
+    assert inject_headers(dict(forwarded), context=sent, baggage=True) == expected
+
+    request = httpx.Request("POST", "http://agent/run", headers=forwarded)
+    token = context_api.attach(context)
+    try:
+        inject_request_hook(request)
+    finally:
+        context_api.detach(token)
+    found = remote(*request.headers.multi_items())
+    assert found is not None and found.trace_id == int("a" * 32, 16) and not found.trace_state
