@@ -604,6 +604,38 @@ async def test_the_server_span_ends_by_how_the_exchange_ended_and_the_apps_excep
     assert [event.name for event in span.events] == ["exception"]
 
 
+async def _answers_nothing(scope: Any, receive: Any, send: Any) -> None:
+    """What a middleware that swallows the app's exception returns (the server answers 500)."""
+
+
+async def _stops_answering_halfway(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"first half", "more_body": True})
+
+
+@pytest.mark.parametrize(("app", "status"), [(_answers_nothing, None), (_stops_answering_halfway, 200)])
+async def test_an_app_returning_before_its_response_is_complete_is_an_error_not_a_disconnect(
+    app: Any, status: int | None, make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel()
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        pass
+
+    scope = {"type": "http", "method": "GET", "path": "/ask", "headers": [], "root_path": ""}
+    await TraceContextMiddleware(app, otel=otel)(scope, receive, send)
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 1, 10)
+    (span,) = _server_spans(otlp_receiver)
+    assert span.attributes.get(catalog.HTTP_RESPONSE_STATUS_CODE) == status
+    assert span.attributes[catalog.KAOS_OUTCOME] == "error"
+    assert span.attributes[catalog.ERROR_TYPE] == "incomplete_response"
+    assert span.status_code == "ERROR"
+
+
 @pytest.mark.parametrize(
     ("final_send_fails", "outcome"), [(False, None), (True, ("canceled", "client_disconnect"))]
 )
@@ -700,6 +732,44 @@ async def test_server_spans_carry_the_full_route_template_however_the_request_en
         "FOOBAR",
     )
     assert catalog.HTTP_REQUEST_METHOD_ORIGINAL not in spans[0].attributes
+
+
+@pytest.mark.parametrize(
+    ("known_methods", "recorded"),
+    [
+        (None, {"QUERY": ("QUERY /search", "QUERY"), "PROPFIND": ("HTTP /search", "_OTHER")}),
+        (
+            " PROPFIND ,GET",
+            {"QUERY": ("HTTP /search", "_OTHER"), "PROPFIND": ("PROPFIND /search", "PROPFIND")},
+        ),
+    ],
+)
+async def test_the_methods_the_http_conventions_call_known_are_recorded_as_sent(
+    known_methods: str | None,
+    recorded: dict[str, tuple[str, str]],
+    make_otel: MakeOtel,
+    otlp_receiver: OtlpReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """QUERY is known by default; ``OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS`` replaces the list."""
+    if known_methods is not None:
+        monkeypatch.setenv("OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS", known_methods)
+    otel = make_otel()
+    app = FastAPI()
+
+    @app.api_route("/search", methods=["QUERY", "PROPFIND"])
+    async def search() -> dict[str, str]:
+        return {}
+
+    instrument_app(app, otel)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+        for method in recorded:
+            assert (await client.request(method, "/search")).status_code == 200
+    assert otel.force_flush(10)
+    assert otlp_receiver.wait_for(lambda r: len(_server_spans(r)) >= 2, 10)
+    spans = sorted(_server_spans(otlp_receiver), key=lambda s: s.start_time_unix_nano)
+    assert [(s.name, s.attributes[catalog.HTTP_REQUEST_METHOD]) for s in spans] == list(recorded.values())
 
 
 APP = """

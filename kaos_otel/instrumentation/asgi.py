@@ -68,6 +68,10 @@ _OUTER_SERVER_SPAN_FIX = (
 _CLIENT_DISCONNECT = "client_disconnect"
 """``error.type`` of a server span whose client went away before the response was complete."""
 
+_INCOMPLETE_RESPONSE = "incomplete_response"
+"""``error.type`` of a server span whose application returned before its response was complete
+(the server then answers 500, or cuts the response short)."""
+
 
 class TraceContextMiddleware:
     """ASGI middleware creating one SERVER span per HTTP request.
@@ -88,8 +92,9 @@ class TraceContextMiddleware:
         ``OTEL_PYTHON_FASTAPI_EXCLUDED_URLS`` (else ``OTEL_PYTHON_EXCLUDED_URLS``) too, as with
         OpenTelemetry's own HTTP server instrumentations. Headers named by
         ``OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST`` / ``_RESPONSE`` are recorded
-        on the span (none by default). The variables are read when the middleware is built (by
-        Starlette, when the app starts)."""
+        on the span (none by default). ``OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS`` replaces the
+        methods recorded as sent (others are ``_OTHER``). The variables are read when the
+        middleware is built (by Starlette, when the app starts)."""
         self.app = app
         self._otel = otel
         settings = getattr(otel, "settings", None)
@@ -102,6 +107,7 @@ class TraceContextMiddleware:
         self._excluded = name_set(excluded_paths)
         self._excluded_urls = _excluded_url_patterns(os.environ)
         self._headers = _HeaderCapture.from_env(os.environ)
+        self._known_methods = _known_methods(os.environ)
         self._warned = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -117,7 +123,9 @@ class TraceContextMiddleware:
         try:
             if not self._warned:
                 self._warn_if_doubled(scope)
-            handle = self._begin(scope)
+            sent = scope.get("method", "GET")
+            method = sent if sent in self._known_methods else _OTHER_METHOD
+            handle = self._begin(scope, sent, method)
         except Exception as exc:  # telemetry never fails a request
             internal_error("starting a server span", exc)
             await self.app(scope, receive, send)
@@ -166,7 +174,7 @@ class TraceContextMiddleware:
             raised = exc
             raise
         finally:  # neither call raises: the app's exception, if any, passes unchanged
-            _name_by_route(handle, scope, root_path)
+            _name_by_route(handle, scope, root_path, method)
             _end_server_span(handle, raised, status_code, completed=completed, disconnected=disconnected)
 
     def _record_response_headers(self, handle: SpanHandle, message: Message) -> None:
@@ -190,7 +198,8 @@ class TraceContextMiddleware:
             scope_name = getattr(getattr(outer, "instrumentation_scope", None), "name", "unknown")
             _log.warning(_OUTER_SERVER_SPAN_FIX, scope_name)
 
-    def _begin(self, scope: Scope) -> Any:
+    def _begin(self, scope: Scope, sent: str, method: str) -> Any:
+        """Begin the server span of a request sent with method ``sent`` (recorded as ``method``)."""
         pairs = [
             (key.decode("latin-1"), value.decode("latin-1")) for key, value in scope.get("headers") or ()
         ]
@@ -203,8 +212,6 @@ class TraceContextMiddleware:
         scheme = _scheme_as_sent(scope, headers, forwarded=forwarded)
         server_address, server_port = _server_as_addressed(scope, headers, scheme, forwarded=forwarded)
         peer_address, peer_port = _address_and_port(scope.get("client"))
-        sent = scope.get("method", "GET")
-        method = sent if sent in _KNOWN_METHODS else _OTHER_METHOD
         # captured headers first: past the SDK's attribute count limit the first ones set are
         # dropped, not the request's method, path or trust
         attributes: dict[str, object] = self._headers.request_attributes(scope.get("headers") or ())
@@ -224,7 +231,7 @@ class TraceContextMiddleware:
             catalog.KAOS_TRACE_TRUST: incoming.trust.value,
         }
         return self._otel.span_begin(
-            _span_method(scope), SpanKind.SERVER, attributes, links=incoming.links, parent=incoming.parent
+            _span_method(method), SpanKind.SERVER, attributes, links=incoming.links, parent=incoming.parent
         )
 
 
@@ -347,10 +354,21 @@ def _server_as_addressed(
     return host, port
 
 
-_KNOWN_METHODS = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
+_KNOWN_METHODS = frozenset(
+    {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY", "TRACE"}
+)
+"""The methods the HTTP conventions call known by default: RFC 9110's, PATCH and QUERY."""
 _OTHER_METHOD = "_OTHER"
 """The HTTP conventions' method for any other (names a span ``HTTP``): a client cannot make up
 span names or label values."""
+_KNOWN_METHODS_VARIABLE = "OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS"
+
+
+def _known_methods(env: Mapping[str, str]) -> frozenset[str]:
+    """The methods recorded as sent: :data:`_KNOWN_METHODS_VARIABLE`'s comma-separated,
+    case-sensitive list in their place when it names any, as the HTTP conventions have it."""
+    named = frozenset(part.strip() for part in env.get(_KNOWN_METHODS_VARIABLE, "").split(","))
+    return (named - {""}) or _KNOWN_METHODS
 
 
 def _end_server_span(
@@ -364,6 +382,8 @@ def _end_server_span(
       application then raised (Starlette's ``ClientDisconnect``; the exception is an event).
     - An exception before any response: ``error``. The status the client then gets is not seen
       here unless the middleware wraps the app's error handling (``instrument_app`` places it so).
+    - The application returned, the client still there, before its response was complete (a
+      middleware swallowed an exception): ``error``, :data:`_INCOMPLETE_RESPONSE`.
     """
     try:
         if exc is not None and (completed or disconnected):
@@ -371,8 +391,10 @@ def _end_server_span(
         elif exc is not None:
             handle.failure(exc)
             return
-        if disconnected or not completed:
+        if disconnected:
             handle.set_outcome(Outcome.CANCELED, _CLIENT_DISCONNECT)
+        elif not completed:
+            handle.set_outcome(Outcome.ERROR, _INCOMPLETE_RESPONSE)
         elif status_code >= 500:
             handle.set_outcome(Outcome.ERROR, error_type=str(status_code))
         handle.success()
@@ -387,9 +409,10 @@ def _route_path(path: str, root_path: str) -> str:
     return path
 
 
-def _name_by_route(handle: SpanHandle, scope: Scope, root_path: str) -> None:
-    """Name the span ``{method} {route}`` and set ``http.route`` once routing matched a route (the
-    prefixes of the sub-applications it was mounted under included)."""
+def _name_by_route(handle: SpanHandle, scope: Scope, root_path: str, method: str) -> None:
+    """Name the span ``{method} {route}`` (``method`` as ``http.request.method`` records it) and set
+    ``http.route`` once routing matched a route (the prefixes of the sub-applications it was
+    mounted under included)."""
     try:
         route_path = getattr(scope.get("route"), "path", None)
         if not isinstance(route_path, str):
@@ -397,7 +420,7 @@ def _name_by_route(handle: SpanHandle, scope: Scope, root_path: str) -> None:
         mounted = scope.get("root_path", "")
         prefix = mounted[len(root_path) :] if mounted.startswith(root_path) else ""
         template = prefix + route_path
-        handle.span.update_name(f"{_span_method(scope)} {template}")
+        handle.span.update_name(f"{_span_method(method)} {template}")
         handle.set_attribute(catalog.HTTP_ROUTE, template)
     except Exception as exc:
         internal_error("naming a server span", exc)
@@ -536,7 +559,6 @@ def _url(scope: Scope) -> str:
     return f"{scope.get('scheme', 'http')}://{authority}{scope.get('path', '')}"
 
 
-def _span_method(scope: Scope) -> str:
-    """The method part of a server span's name: ``HTTP`` for a method the conventions do not know."""
-    method = scope.get("method", "GET")
-    return method if method in _KNOWN_METHODS else "HTTP"
+def _span_method(method: str) -> str:
+    """The method part of a server span's name, from ``http.request.method``: ``HTTP`` for ``_OTHER``."""
+    return "HTTP" if method == _OTHER_METHOD else method
