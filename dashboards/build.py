@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kaos_otel import catalog as c
+from kaos_otel._spans import ERROR_OUTCOMES
 
 HERE = Path(__file__).resolve().parent
 SIGNOZ_DASHBOARD = HERE / "signoz" / "kaos-agents.v2.json"
@@ -160,6 +161,9 @@ MODEL = c.GEN_AI_REQUEST_MODEL
 TIER = c.KAOS_MEMORY_TIER
 TARGET = c.KAOS_DELEGATION_TARGET
 ERROR = ((O, ("error",)),)
+FAILED_RUN = ((O, tuple(o.value for o in c.Outcome if o in ERROR_OUTCOMES)),)
+"""Runs that failed, as their spans say (status ERROR): an error, or the step budget used up
+without an answer (``max_steps``: a run that loops answers no one, and must page as errors do)."""
 CANCELED = ((O, (c.Outcome.CANCELED.value,)),)
 COMPLETED = ((O, tuple(o.value for o in c.Outcome if o is not c.Outcome.CANCELED)),)
 """Operations that ran to an end: the share that failed is of these, so that cancellations (a
@@ -191,9 +195,9 @@ SECTIONS: tuple[Section, ...] = (
             ),
             _panel(
                 "Request error %",
-                "Share of user requests that ended with outcome=error, of those not canceled (0 "
-                "when none failed).",
-                Percent(c.KAOS_REQUESTS, ERROR, within=(*USER, *COMPLETED)),
+                "Share of user requests that failed (outcome error or max_steps), of those not "
+                "canceled (0 when none failed).",
+                Percent(c.KAOS_REQUESTS, FAILED_RUN, within=(*USER, *COMPLETED)),
                 kind="stat",
                 width=4,
                 height=4,
@@ -219,8 +223,9 @@ SECTIONS: tuple[Section, ...] = (
             ),
             _panel(
                 "Request error rate % by agent",
-                "Requests with outcome=error as a percentage of the requests not canceled. Alert: above 5 %.",
-                Percent(c.KAOS_REQUESTS, ERROR, (A,), COMPLETED),
+                "Requests that failed (outcome error or max_steps) as a percentage of the requests "
+                "not canceled. Alert: above 5 %.",
+                Percent(c.KAOS_REQUESTS, FAILED_RUN, (A,), COMPLETED),
             ),
             _panel(
                 "Request canceled % by agent",
@@ -481,11 +486,11 @@ ALERTS: tuple[Alert, ...] = (
         severity="critical",
         summary="Agent {agent} ({service}): error rate is above 5 %",
         description=(
-            "More than 5 % of one agent's requests not canceled ended with outcome=error "
-            "(max_steps and degraded are not counted; canceled requests have their own alert). "
-            "Check the traces with kaos.outcome=error."
+            "More than 5 % of one agent's requests not canceled failed: outcome error, or "
+            "max_steps (the step budget used up without an answer). Degraded requests are not "
+            "counted; canceled requests have their own alert. Check the traces with status ERROR."
         ),
-        query=Percent(c.KAOS_REQUESTS, ERROR, (A,), COMPLETED),
+        query=Percent(c.KAOS_REQUESTS, FAILED_RUN, (A,), COMPLETED),
         threshold=5.0,
         unit="percent",
         for_="10m",

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from kaos_otel import catalog
+from kaos_otel._spans import ERROR_OUTCOMES
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "dashboards" / "prometheus" / "kaos-alerts.rules.yml"
@@ -312,3 +313,50 @@ def test_grafana_rate_windows_span_two_sdk_exports(tmp_path: Path) -> None:
     (tmp_path / "rate.test.yml").write_text(yaml.safe_dump(unit))
     result = _run("test", "rules", "rate.test.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_runs_that_fail_as_their_spans_say_count_as_errors(tmp_path: Path) -> None:
+    """A run that ends ``max_steps`` (its step budget used up without an answer) has span status
+    ERROR, as ``error`` has: the request error ratios count both. An agent looping on every
+    request answered no one while its error panels read 0 % and its error alert stayed quiet."""
+    failed = {outcome.value for outcome in ERROR_OUTCOMES}
+    expressions: dict[str, tuple[str, float]] = {}
+    for panel in json.loads(GRAFANA.read_text())["panels"]:
+        if panel["title"] in {"Request error %", "Request error rate % by agent"}:
+            (target,) = panel["targets"]
+            expr = target["expr"].replace("$__rate_interval", "5m").replace("$__range", "10m")
+            expressions[panel["title"]] = (re.sub(r'=~"\$\w+"', '=~".*"', expr), 100)
+    (rule,) = [r for r in _rules() if r["alert"] == "KaosRequestErrorRateHigh"]
+    expressions[rule["alert"]] = (re.sub(r"\)\s*>\s*[0-9.]+\s*$", ")", rule["expr"].strip()), 1)
+    assert len(expressions) == 3, sorted(expressions)
+    labels = 'job="kaos-agent", gen_ai_agent_name="coordinator", kaos_request_origin="user"'
+    for outcome in sorted(failed):
+        unit = {
+            "evaluation_interval": "1m",
+            "tests": [
+                {
+                    "interval": "1m",
+                    "input_series": [
+                        {
+                            "series": f'kaos_requests_total{{{labels}, kaos_outcome="success"}}',
+                            "values": "0x20",
+                        },
+                        {
+                            "series": f'kaos_requests_total{{{labels}, kaos_outcome="{outcome}"}}',
+                            "values": "0+10x20",
+                        },
+                    ],
+                    "promql_expr_test": [
+                        {
+                            "expr": f"max(\n{expr}\n)",
+                            "eval_time": "15m",
+                            "exp_samples": [{"labels": "{}", "value": value}],
+                        }
+                        for expr, value in expressions.values()
+                    ],
+                }
+            ],
+        }
+        (tmp_path / "failed.test.yml").write_text(yaml.safe_dump(unit))
+        result = _run("test", "rules", "failed.test.yml", cwd=tmp_path)
+        assert result.returncode == 0, f"outcome {outcome}:\n{result.stdout}{result.stderr}"
