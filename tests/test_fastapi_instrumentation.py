@@ -472,8 +472,9 @@ async def test_the_server_span_says_who_asked_and_whom_as_the_http_conventions_d
     ("authority", "socket", "expected"),
     [
         (":8080", None, (None, None)),  # a port without a host is no address
-        ("[::1]:abc", None, ("::1", 80)),  # no port written: the scheme's
-        ("example.com:70000", None, ("example.com", 80)),
+        ("[::1]:abc", None, ("::1", None)),  # a port that is no port number: not the scheme's
+        ("example.com:70000", None, ("example.com", None)),
+        ("example.com", None, ("example.com", 80)),  # no port written: the scheme's
         ("", ["", 0], (None, None)),  # no Host, and a socket without an address
         ("", ["/run/agent.sock", None], ("/run/agent.sock", None)),  # a Unix socket
     ],

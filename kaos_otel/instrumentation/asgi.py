@@ -272,8 +272,9 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 """The port a ``Host`` without one means, by scheme."""
 
 
-def _host_and_port(authority: str) -> tuple[str | None, int | None]:
-    """``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address, as its host and port."""
+def _host_and_port(authority: str) -> tuple[str | None, str]:
+    """``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address, as its host and the port
+    as written (empty when it writes none)."""
     authority = authority.strip()
     if authority.startswith("["):
         host, _, rest = authority[1:].partition("]")
@@ -282,7 +283,7 @@ def _host_and_port(authority: str) -> tuple[str | None, int | None]:
         host, _, port = authority.partition(":")
     else:
         host, port = authority, ""
-    return (host, _port(port)) if host else (None, None)
+    return (host, port) if host else (None, "")
 
 
 def _port(text: str) -> int | None:
@@ -344,11 +345,12 @@ def _server_as_addressed(
     authority = proxied or headers.get("host", "")
     if not authority:
         return _address_and_port(scope.get("server"))
-    host, port = _host_and_port(authority)
+    host, written = _host_and_port(authority)
     if host is None:
         return None, None
-    if port is None and forwarded:
-        port = _port(_first_entry(headers, "x-forwarded-port"))
+    if written:  # a port that is no port number (`:99999`, `:abc`) leaves the port unknown
+        return host, _port(written)
+    port = _port(_first_entry(headers, "x-forwarded-port")) if forwarded else None
     if port is None:
         port = _DEFAULT_PORTS.get(scheme or "")
     return host, port
