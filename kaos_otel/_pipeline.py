@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -16,7 +17,9 @@ from opentelemetry import _logs, metrics, trace
 from opentelemetry._logs import NoOpLoggerProvider, get_logger_provider, set_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, ConsoleLogExporter
-from opentelemetry.sdk.environment_variables import OTEL_BLRP_MAX_EXPORT_BATCH_SIZE
+from opentelemetry.sdk.environment_variables import (
+    OTEL_METRIC_EXPORT_INTERVAL,
+)
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
@@ -43,18 +46,13 @@ from kaos_otel.exporters import (
     otlp_metric_exporter,
     otlp_span_exporter,
 )
+from kaos_otel.exporters.batch import LONGEST_TIMEOUT_S
 from kaos_otel.exporters.health import Signal
 from kaos_otel.exporters.pipeline import host_layer_added, redacted_resource, sanitizing_metric_exporter
 
 _log = logging.getLogger("kaos_otel")
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
-LONGEST_TIMEOUT_S = 30 * 86_400.0
-"""What a longer timeout (``math.inf``: no deadline) means: a wait every platform's locks accept."""
-LOG_EXPORT_BATCH_SIZE = 128
-"""Log records per export request unless ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` says otherwise: at
-the capped sizes (8 KiB body plus capped exception attributes) a batch stays well under the
-4 MiB a gRPC receiver or collector accepts."""
 
 
 def build_resource(settings: TelemetrySettings, policy: ContentPolicy) -> Resource:
@@ -173,14 +171,44 @@ def _set_up_by(providers: Sequence[Any]) -> tuple[str, bool]:
     return "by opentelemetry-instrument or the application", False
 
 
+_FLUSHING: weakref.WeakKeyDictionary[Any, threading.Event] = weakref.WeakKeyDictionary()
+"""The flush of each provider (an SDK provider) still running, set when it ends. A flush the
+collector holds up can outlast its deadline (the SDK's metric reader exports under a lock, past
+the timeout it is given): a later flush waits for it rather than queue another thread behind it."""
+_FLUSHING_LOCK = ForkSafeLock()
+os.register_at_fork(after_in_child=_FLUSHING.clear)  # the parent's flush threads are not the child's
+
+
+def _flush_one(provider: Any, deadline: float) -> bool:
+    """Flush ``provider`` by ``deadline`` (``time.monotonic()``), one flush of it at a time: a flush
+    already running is waited for, then this one runs (what was queued meanwhile leaves too)."""
+    key = _sdk_provider(provider)
+    while True:
+        with _FLUSHING_LOCK:
+            running = _FLUSHING.get(key)
+            if running is None:
+                finished = _FLUSHING[key] = threading.Event()
+                break
+        if not running.wait(max(0.0, deadline - time.monotonic())):
+            return False
+    try:
+        return bool(provider.force_flush(int(max(0.0, deadline - time.monotonic()) * 1000)))
+    finally:
+        with _FLUSHING_LOCK:
+            if _FLUSHING.get(key) is finished:
+                del _FLUSHING[key]
+        finished.set()
+
+
 def _flush(providers: Sequence[Any], timeout: float) -> bool:
-    """Flush ``providers`` within ``timeout`` seconds, even if the collector hangs."""
+    """Flush ``providers`` within ``timeout`` seconds, even if the collector hangs; a flush the
+    collector holds up leaves one thread behind per provider, however often this is called."""
     flushable = [p for p in providers if callable(getattr(p, "force_flush", None))]
     if not flushable:
         return True
-    millis = int(timeout * 1000)
+    deadline = time.monotonic() + timeout
     return run_with_deadline(
-        [functools.partial(provider.force_flush, millis) for provider in flushable], timeout, "force_flush"
+        [functools.partial(_flush_one, provider, deadline) for provider in flushable], timeout, "force_flush"
     )
 
 
@@ -188,6 +216,26 @@ def _bounded(timeout: float) -> float:
     """``timeout`` as seconds every wait accepts: 0 for a negative or NaN one, at most
     :data:`LONGEST_TIMEOUT_S` (a longer wait raises ``OverflowError``)."""
     return max(0.0, min(timeout, LONGEST_TIMEOUT_S))
+
+
+def _longest_interval_from_env() -> float | None:
+    """The longest wait (said once) when ``OTEL_METRIC_EXPORT_INTERVAL`` is longer than any wait,
+    else ``None`` (the reader reads the variable): the reader's thread would stop at its first
+    wait with ``OverflowError``, and no metric would be exported, not even at shutdown."""
+    raw = os.environ.get(OTEL_METRIC_EXPORT_INTERVAL, "")
+    try:
+        interval_ms = float(raw)
+    except ValueError:
+        return None  # the reader says so, and uses its default
+    if not LONGEST_TIMEOUT_S * 1000 < interval_ms < math.inf:  # inf: the reader exports on flushes only
+        return None
+    log_once(
+        "metric-interval-too-long",
+        "kaos-otel: %s (%s ms) is longer than a wait can be; %d ms (30 days) is used",
+        OTEL_METRIC_EXPORT_INTERVAL, raw.strip(), LONGEST_TIMEOUT_S * 1000,
+        level=logging.WARNING,
+    )  # fmt: skip
+    return LONGEST_TIMEOUT_S * 1000
 
 
 def _sdk_provider(provider: Any) -> Any:
@@ -508,13 +556,10 @@ class ExportPipeline:
                 exporters.append(otlp_metric_exporter(settings, self.health, policy))
             if settings.to_console("metrics"):
                 exporters.append(sanitizing_metric_exporter(ConsoleMetricExporter, self.health, policy))
+            interval_ms = settings.metric_export_interval_ms or _longest_interval_from_env()
             for exporter in exporters:
                 # OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT are read by the reader unless overridden.
-                readers.append(
-                    PeriodicExportingMetricReader(
-                        exporter, export_interval_millis=settings.metric_export_interval_ms
-                    )
-                )
+                readers.append(PeriodicExportingMetricReader(exporter, export_interval_millis=interval_ms))
                 self._abandons.append(exporter.abandon)
             sdk_provider = MeterProvider(
                 metric_readers=readers,
@@ -548,12 +593,11 @@ class ExportPipeline:
         settings = self.settings
         provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         if "logs" in settings.endpoints:
-            batch_size = None if os.environ.get(OTEL_BLRP_MAX_EXPORT_BATCH_SIZE) else LOG_EXPORT_BATCH_SIZE
             processor = LogBatchProcessor(
                 SanitizingLogExporter(otlp_log_exporter(settings), policy, self.health),
                 policy,
                 self.health,
-                BatchSettings.for_logs(max_export_batch_size=batch_size),
+                BatchSettings.for_logs(),
             )
             self._batches.append(processor)
             self._abandons.append(processor.abandon)
@@ -633,12 +677,15 @@ class ExportPipeline:
         Providers another manager still uses are only flushed, and the result says whether that
         finished: the last manager using them stops them (and removes their logging bridge).
         Providers the host installed are left running: they are the host's to flush and stop.
+        A call during or after another one waits for it (within its own ``timeout``) and returns
+        its result: what that shutdown could not export is not exported by the second call either.
         """
         timeout = _bounded(timeout)
         with self._lock:
-            if self._shutdown_done:
-                return True
+            stopping_already = self._shutdown_done
             self._shutdown_done = True
+        if stopping_already:
+            return self._shutdown_finished.wait(timeout) and self._shutdown_result
         try:
             self._shutdown_result = self._stop(timeout)
         finally:

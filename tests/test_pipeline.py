@@ -320,7 +320,9 @@ def test_dead_collector_never_blocks_and_shutdown_meets_its_deadline(
     assert elapsed < 2 + SHUTDOWN_SLACK_S, elapsed
     # every span is accounted for as lost by the time shutdown returns
     assert dead.health.dropped("traces") == 1 + 2 * 1000, dead.health.snapshot()
-    assert dead.shutdown(timeout=2) is True  # a second call returns at once
+    started = time.monotonic()
+    assert dead.shutdown(timeout=2) is False  # a second call: the first's result, at once
+    assert time.monotonic() - started < SHUTDOWN_SLACK_S
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -440,6 +442,26 @@ def test_force_flush_during_a_shutdown_that_misses_its_deadline_says_so(
     finally:
         stopping.join(5)
     assert otel.health.dropped("traces") == 1
+
+
+def test_a_shutdown_during_one_that_misses_its_deadline_says_so(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A second shutdown while another thread's waits on a hung collector waits for it and says
+    that not everything left (it said ``True`` at once, and the span was then lost)."""
+    otlp_receiver.set_failure("hang")
+    otel = make_otel()
+    with otel.span("held"):
+        pass
+    stopping = threading.Thread(target=otel.shutdown, kwargs={"timeout": 1.0})
+    stopping.start()
+    time.sleep(0.2)
+    try:
+        assert otel.shutdown(timeout=3) is False
+    finally:
+        stopping.join(5)
+    assert otel.health.dropped("traces") == 1
+    assert otlp_receiver.spans() == []
 
 
 def test_a_manager_made_in_a_child_on_its_parents_providers_leaves_the_parents_totals_alone(
@@ -564,6 +586,37 @@ def test_force_flush_is_bounded_and_the_pipeline_recovers(
     assert otel.health.dropped("traces") == 0
 
 
+def alive_flush_threads(within_s: float) -> int:
+    """kaos-otel's flush threads still running once those that end do so (within ``within_s``)."""
+    deadline = time.monotonic() + within_s
+    threads = [t for t in threading.enumerate() if t.name.startswith("kaos-otel-force_flush")]
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return sum(thread.is_alive() for thread in threads)
+
+
+def test_flushes_against_a_hung_collector_leave_one_thread_behind_not_one_each(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """An app flushing at the end of every request (a serverless handler, say) while the collector
+    hangs: each flush gives up at its deadline, but the metric export it started outlives it (the
+    SDK's reader exports under a lock, past its timeout). Every flush left a thread queued behind
+    that lock, each to export in turn: threads grew with the requests."""
+    otlp_receiver.set_failure("hang")
+    otel = make_otel()
+    for _ in range(30):
+        with otel.span("request"):
+            pass
+        otel.record_compaction("agent")
+        assert otel.force_flush(timeout=0.05) is False
+    assert alive_flush_threads(within_s=2) <= 1  # the metric export the collector holds
+    otlp_receiver.set_failure("ok")
+    assert otel.force_flush(timeout=15) is True
+    assert otlp_receiver.wait_for(lambda r: len(r.spans()) == 30, 15), otlp_receiver.spans()
+    points = otlp_receiver.metric_points()
+    assert 30 in [p.value for p in points if p.name == catalog.KAOS_MEMORY_COMPACTIONS]
+
+
 def test_full_queue_drops_are_counted(make_otel: MakeOtel, otlp_receiver: OtlpReceiver) -> None:
     otlp_receiver.set_failure("hang")
     otel = make_otel(environ={"OTEL_BSP_MAX_QUEUE_SIZE": "20", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "20"})
@@ -577,6 +630,29 @@ def test_full_queue_drops_are_counted(make_otel: MakeOtel, otlp_receiver: OtlpRe
     assert otel.shutdown(timeout=1) is False
     # whatever did not fall out of the queue was lost at shutdown: all 300 accounted for
     assert otel.health.dropped("traces") == 300, otel.health.snapshot()
+
+
+def test_a_schedule_delay_longer_than_any_wait_is_capped_and_everything_is_exported(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, unsaid_notices: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A delay or interval meant as "never on a schedule" (longer than a lock can wait) stopped the
+    export threads with ``OverflowError``: no span or record was exported (only counted lost at
+    shutdown), and no metric, not even at shutdown."""
+    huge = "99999999999999"
+    variables = ("OTEL_BSP_SCHEDULE_DELAY", "OTEL_BLRP_SCHEDULE_DELAY", "OTEL_METRIC_EXPORT_INTERVAL")
+    otel = make_otel(environ=dict.fromkeys(variables, huge))
+    with otel.span("request"):
+        logging.getLogger("test.pipeline").warning("handled")
+    assert otel.force_flush(timeout=5) is True
+    assert [span.name for span in otlp_receiver.spans()] == ["request"]
+    assert [log.body for log in otlp_receiver.logs()] == ["handled"]
+    otel.record_compaction("agent")
+    assert otel.shutdown(timeout=5) is True
+    points = otlp_receiver.metric_points()
+    assert [p.value for p in points if p.name == catalog.KAOS_MEMORY_COMPACTIONS] == [1]
+    assert otel.health.snapshot() == {}
+    for name in variables:
+        assert f"{name} ({huge} ms) is longer than a wait can be" in caplog.text
 
 
 class HeldExport:

@@ -8,7 +8,8 @@ by the exporter wrappers in :mod:`kaos_otel.exporters.pipeline`.
 
 The settings come from the SDK's own variables (``OTEL_BSP_*``, ``OTEL_BLRP_*``) with the SDK's
 defaults. A value the SDK would refuse with an exception (not a number, zero or negative, a batch
-larger than the queue) is replaced by the safe reading, with one warning that says which.
+larger than the queue) or that would stop its export thread (a schedule delay longer than any
+wait) is replaced by the safe reading, with one warning that says which.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ from kaos_otel.exporters.pipeline import exporting, in_forked_children, on_expor
 
 T = TypeVar("T")
 E = TypeVar("E")
+
+LOG_EXPORT_BATCH_SIZE = 128
+"""Log records per export request unless ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` says otherwise (a
+value that is no positive integer included): at the capped sizes (8 KiB body plus capped exception
+attributes) a batch stays well under the 4 MiB a gRPC receiver or collector accepts."""
+LONGEST_TIMEOUT_S = 30 * 86_400.0
+"""The longest wait kaos-otel makes (``math.inf``, no deadline, means this): every platform's locks
+accept it, where a longer one raises ``OverflowError``."""
 
 
 def _instrumentation_suppressor() -> Callable[[], AbstractContextManager[object]]:
@@ -81,11 +90,12 @@ class BatchSettings:
 
     @classmethod
     def for_logs(cls, environ: Mapping[str, str] | None = None, **overrides: int | None) -> BatchSettings:
-        """``OTEL_BLRP_*`` (SDK defaults: queue 2048, batch 512, delay 1000 ms), then overrides."""
+        """``OTEL_BLRP_*`` (SDK defaults: queue 2048, delay 1000 ms; batch :data:`LOG_EXPORT_BATCH_SIZE`,
+        not the SDK's 512), then overrides."""
         return cls._read(
             os.environ if environ is None else environ,
             (OTEL_BLRP_MAX_QUEUE_SIZE, OTEL_BLRP_MAX_EXPORT_BATCH_SIZE, OTEL_BLRP_SCHEDULE_DELAY),
-            (2048, 512, 1000),
+            (2048, LOG_EXPORT_BATCH_SIZE, 1000),
             overrides,
         )
 
@@ -103,6 +113,14 @@ class BatchSettings:
         queue = overrides.get("max_queue_size") or queue
         batch = overrides.get("max_export_batch_size") or batch
         delay = overrides.get("schedule_delay_ms") or delay
+        if delay > LONGEST_TIMEOUT_S * 1000:  # the export thread's wait would raise, and it would stop
+            log_once(
+                f"schedule-delay-too-long {names[2]}",
+                "kaos-otel: %s (%d ms) is longer than a wait can be; %d ms (30 days) is used",
+                names[2], delay, LONGEST_TIMEOUT_S * 1000,
+                level=logging.WARNING,
+            )  # fmt: skip
+            delay = int(LONGEST_TIMEOUT_S * 1000)
         if batch > queue:  # the SDK refuses this combination; a smaller batch is the safe reading
             if not any(overrides.get(key) for key in ("max_queue_size", "max_export_batch_size")):
                 log_once(  # both sizes from the environment: say which variables disagree
