@@ -239,9 +239,11 @@ def keep_on_root(handler: logging.Handler) -> None:
     ``basicConfig`` does nothing when the root logger has a handler, and ``dictConfig`` and
     ``fileConfig`` remove the root's handlers: an app configuring logging after the manager got no
     console output, or lost the bridge. As the SDK's and ``opentelemetry-instrumentation-logging``'s
-    handlers do, the bridges step aside while one of them runs and come back after. The functions
-    are wrapped once, while any bridge is kept; :func:`release_from_root` of the last one puts the
-    originals back (where another library wrapped them since, the wrapper stays, as a pass-through).
+    handlers do, the bridges step aside while one of them runs and come back after, with any bridge
+    kept meanwhile (a manager a ``dictConfig`` handler factory makes; not the first bridge of the
+    process, which that call's unwrapped function removes). The functions are wrapped once, while
+    any bridge is kept; :func:`release_from_root` of the last one puts the originals back (where
+    another library wrapped them since, the wrapper stays, as a pass-through).
     """
     import logging.config
 
@@ -292,13 +294,16 @@ def _stepping_aside(configure: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         root = logging.getLogger()
         with _kept_lock:
-            aside = [handler for handler in _kept if handler in root.handlers]
+            before = list(_kept)
+            aside = [handler for handler in before if handler in root.handlers]
         for handler in aside:
             root.removeHandler(handler)
         try:
             return configure(*args, **kwargs)
         finally:
-            for handler in aside:
+            with _kept_lock:  # kept meanwhile: a manager a dictConfig handler factory made
+                added = [handler for handler in _kept if handler not in before]
+            for handler in aside + added:
                 root.addHandler(handler)  # a no-op if it is there already
                 with _kept_lock:
                     released = handler not in _kept

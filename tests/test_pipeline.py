@@ -1602,6 +1602,43 @@ def _configure_logging_until(stop: threading.Event) -> None:
         logging.config.dictConfig({"version": 1, "incremental": True})
 
 
+def test_a_bridge_kept_while_dictconfig_runs_stays_on_the_root() -> None:
+    """A ``dictConfig`` handler factory that makes a manager (one exists already): ``dictConfig``
+    then replaced the root's handlers, the new bridge with them, and the new manager's records
+    were never exported."""
+    code = """
+        import logging, logging.config, os
+        from kaos_otel import KaosOtelManager, console_handler
+        from kaos_otel._logs import KaosLoggingHandler
+
+        first = KaosOtelManager("first", global_providers=False)
+        made = []
+
+        def factory():
+            made.append(KaosOtelManager("second", global_providers=False))
+            return console_handler()
+
+        logging.config.dictConfig({"version": 1, "disable_existing_loggers": False,
+            "handlers": {"console": {"()": factory}}, "root": {"handlers": ["console"]}})
+        bridges = [h for h in logging.getLogger().handlers if isinstance(h, KaosLoggingHandler)]
+        providers = [h.logger_provider for h in bridges]
+        print(len(made), sum(any(p is m.logger_provider for p in providers) for m in (first, *made)))
+        os._exit(0)
+        """
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KAOS_OTEL_"))}
+    environ |= {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_METRICS_EXPORTER": "none"}
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "2"], "the second manager made, both bridges on the root"
+
+
 def test_a_released_bridge_never_comes_back_through_a_concurrent_dictconfig() -> None:
     """``dictConfig`` puts back what it set aside; a bridge released meanwhile must stay out."""
     root = logging.getLogger()
