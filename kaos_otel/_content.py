@@ -276,6 +276,9 @@ class ContentPolicy:
                     items.append([self._clean_structured(key, item[0], depth + 2), REDACTED])
                 else:
                     items.append(self._clean_structured(key, item, depth + 1))
+            if len(value) > 1 and all(isinstance(item, str) for item in value):  # `log.info(sys.argv)`
+                for index in secret_arguments(list(value)):  # as an attribute's argument list is
+                    items[index] = REDACTED
             return items
         return self.clean_text(safe_str(value), self.max_value_length)
 

@@ -777,6 +777,10 @@ def test_the_argument_a_secret_naming_flag_precedes_is_masked() -> None:
     assert policy.clean_attribute("argv", ("mysql", "--pass", "hunter2x")) == ("mysql", "--pass", REDACTED)
     for kept in (("--password-file", "/run/pw"), ("--no-password", "db"), ("--ask-pass", "-i", "hosts")):
         assert policy.clean_attribute("tool.argv", kept) == kept
+    # a log record's body or structured value holding an argument list (`log.info(sys.argv)`)
+    assert policy.clean_body(["mysql", "--pass", "hunter2x"]) == ["mysql", "--pass", REDACTED]
+    nested = {"command": {"argv": ["docker", "login", "--password", "Hunt3r2Secret"]}}
+    assert policy.clean_body(nested) == {"command": {"argv": ["docker", "login", "--password", REDACTED]}}
 
 
 def test_a_structure_made_json_text_is_valid_json_with_nan_and_infinity() -> None:
