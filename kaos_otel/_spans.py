@@ -211,15 +211,16 @@ class SpanHandle:
 
     def set_outcome(self, outcome: Outcome | str, error_type: str | None = None) -> None:
         """Record how the operation ended when it was not by an exception (e.g. ``max_steps``); a
-        value naming no outcome (in any case) is logged and the outcome so far kept."""
+        value naming no outcome (in any case) is logged and the outcome so far kept. A later call
+        replaces an earlier one, its ``error.type`` too (a failed attempt's, once a retry succeeds)."""
         named = outcome_named("set_outcome", outcome)
         if named is None:
             return
-        outcome = self._outcome = named
+        self._outcome = named
         if error_type is not None:
             self._error_type = error_type if type(error_type) is str else safe_str(error_type)
-        elif outcome in ERROR_OUTCOMES and self._error_type is None:
-            self._error_type = outcome.value
+        else:
+            self._error_type = named.value if named in ERROR_OUTCOMES else None
 
     def record_exception(self, exc: BaseException) -> None:
         """Record an ``exception`` event (the message only with content capture on)."""
@@ -364,12 +365,23 @@ def live_context(ctx: Context) -> Context:
     return ctx
 
 
-def _is_async_callable_object(fn: object) -> bool:
-    """Whether ``fn`` is an object (a class too) whose type's ``__call__`` is a coroutine function,
-    or a partial of one: :func:`inspect.iscoroutinefunction` says neither."""
+def _span_name_of(fn: object) -> str:
+    """The name a span of ``fn`` takes: its qualified name, a partial's function's, an object's type's."""
     while isinstance(fn, functools.partial):
         fn = fn.func
-    return inspect.iscoroutinefunction(inspect.getattr_static(type(fn), "__call__", None))
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+def _called_function(fn: object) -> object:
+    """The function calling ``fn`` runs, which tells its kind (coroutine, generator...): past
+    partials, a function or method itself, else its type's ``__call__`` (an object's, or a class's
+    metaclass's), which :mod:`inspect` does not look at."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isfunction(fn) or inspect.ismethod(fn):
+        return fn
+    call = inspect.getattr_static(type(fn), "__call__", None)
+    return call if inspect.isfunction(call) else fn
 
 
 def _span_kind(kind: object) -> SpanKind:
@@ -514,12 +526,13 @@ class SpanFactory:
             if isinstance(fn, (staticmethod, classmethod)):
                 # above @staticmethod / @classmethod: trace the function, keep the descriptor
                 return cast(F, type(fn)(decorate(fn.__func__)))
-            span_name = name or getattr(fn, "__qualname__", None) or type(fn).__qualname__  # a partial too
-            if inspect.isasyncgenfunction(fn):
+            span_name = name or _span_name_of(fn)
+            called = _called_function(fn)
+            if inspect.isasyncgenfunction(called):
                 return cast(F, self._wrap_async_generator(fn, span_name, kind, attributes))
-            if inspect.isgeneratorfunction(fn):
+            if inspect.isgeneratorfunction(called):
                 return cast(F, self._wrap_generator(fn, span_name, kind, attributes))
-            if inspect.iscoroutinefunction(fn) or _is_async_callable_object(fn):
+            if inspect.iscoroutinefunction(called):
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -566,3 +566,37 @@ def test_enum_values_in_any_case_are_those_values(make_otel: MakeOtel, otlp_rece
     assert named(spans, "invoke_agent helper")[0].attributes[catalog.KAOS_REQUEST_ORIGIN] == "delegated"
     memory = named(spans, "search_memory")[0].attributes
     assert (memory[catalog.KAOS_MEMORY_TIER], memory[catalog.KAOS_MEMORY_SCOPE]) == ("long_term", "user")
+
+
+def test_a_later_outcome_replaces_the_error_type_of_an_earlier_one(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A failed attempt's ``error.type`` does not stay on a call whose retry succeeded, nor name
+    the error of a run that then ran out of steps, on the span or the convention's metric."""
+    otel = make_otel()
+    with otel.tool_call("assistant", "search") as tool:
+        tool.set_outcome(Outcome.ERROR, "tool_error")  # the first attempt failed
+        tool.set_outcome(Outcome.SUCCESS)  # the retry worked
+    assert tool.error_type is None
+    with otel.model_call("assistant", "llama3") as call:
+        call.set_outcome(Outcome.ERROR, "rate_limited")
+        call.set_outcome(Outcome.MAX_STEPS)
+    spans = collect(otel, otlp_receiver, 2)
+    (searched,) = named(spans, "execute_tool search")
+    assert searched.attributes[catalog.KAOS_OUTCOME] == "success"
+    assert catalog.ERROR_TYPE not in searched.attributes and searched.status_code == "UNSET"
+    (chat,) = named(spans, "chat llama3")
+    assert (chat.attributes[catalog.KAOS_OUTCOME], chat.attributes[catalog.ERROR_TYPE]) == (
+        "max_steps",
+        "max_steps",
+    )
+
+    def error_types() -> set[object]:
+        return {
+            p.attributes.get(catalog.ERROR_TYPE)
+            for p in otlp_receiver.metric_points()
+            if p.name == catalog.GEN_AI_CLIENT_OPERATION_DURATION
+        }
+
+    assert otlp_receiver.wait_for(lambda r: error_types() != set(), 10)
+    assert error_types() == {"max_steps"}

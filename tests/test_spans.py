@@ -1021,6 +1021,40 @@ async def test_an_object_with_an_async_call_is_traced_while_it_runs(
     assert model.status_code == "ERROR" and one(spans, "inside").parent_span_id == model.span_id
 
 
+async def test_a_partial_and_a_generator_object_are_traced_as_the_function_they_call(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A partial's span is named after its function (not ``partial``), and an object whose
+    ``__call__`` is a generator or an async generator (a partial of one too) is traced while it
+    iterates, its inner spans under it, not ended when the generator was returned."""
+    otel = make_otel()
+
+    def lookup(table: str, key: str) -> str:
+        return f"{table}.{key}"
+
+    class Pages:
+        def __call__(self, count: int) -> Iterator[int]:
+            for page in range(count):
+                with otel.span("page"):
+                    yield page
+
+    class AsyncPages:
+        async def __call__(self, count: int) -> AsyncIterator[int]:
+            for page in range(count):
+                with otel.span("async page"):
+                    await asyncio.sleep(0)
+                    yield page
+
+    assert otel.traced(functools.partial(lookup, "users"))("ada") == "users.ada"
+    assert list(otel.traced("pages")(Pages())(2)) == [0, 1]
+    assert [page async for page in otel.traced("async pages")(functools.partial(AsyncPages(), 2))()] == [0, 1]
+    spans = collect(otel, otlp_receiver, 7)
+    assert "partial" not in spans and one(spans, lookup.__qualname__).parent_span_id is None
+    for outer, inner in (("pages", "page"), ("async pages", "async page")):
+        parent = one(spans, outer)
+        assert [span.parent_span_id for span in spans[inner]] == [parent.span_id] * 2
+
+
 def test_bare_decorator_traces_and_disabled_decorator_keeps_behaviour(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver
 ) -> None:
