@@ -5,7 +5,9 @@ Messages in the OpenAI Chat Completions shape (``content`` as text or content pa
 ``tool_calls``, ``tool_call_id``, ``refusal``, the legacy ``function_call``), the shape most agent
 code holds, are converted, as dicts or as the ``openai`` SDK's objects (anything with
 ``model_dump()``); for the output, choices, a whole completion (its ``choices``) and the chunks of
-a streamed one (each choice's deltas joined) too. A message
+a streamed one (each choice's deltas joined) too. So are the content blocks of Anthropic's
+Messages API (``tool_use``, ``tool_result``, ``thinking``, ``image`` and ``document``) and its
+``stop_reason``; media sent inline become ``blob`` parts, uploaded files ``file`` parts. A message
 that already has ``parts`` is kept as it is, and plain text becomes one text part. Anything else
 (a mapping that is no message, a list holding one) is kept as given.
 """
@@ -19,8 +21,17 @@ from typing import Any
 
 from kaos_otel._content import _MAX_WALKED_VALUES
 
-_FINISH_REASONS = {"tool_calls": "tool_call", "function_call": "tool_call"}
-"""OpenAI's finish reasons that the conventions spell differently."""
+_FINISH_REASONS = {
+    "tool_calls": "tool_call",
+    "function_call": "tool_call",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_call",
+    "refusal": "content_filter",
+}
+"""OpenAI's and Anthropic's finish reasons (``stop_reason``) that the conventions spell differently."""
 
 
 _CONTENT_KEYS = frozenset({"content", "parts", "tool_calls", "tool_call_id", "function_call", "refusal"})
@@ -37,6 +48,9 @@ _MAX_CONVERTED = _MAX_WALKED_VALUES // 3 + 1
 10,000 values, at least three of each message (itself, its role, its parts), so it never gets
 past these; the rest are kept as given (a history of 100,000 messages took half a second to
 convert for the 8 KB kept)."""
+
+_REASONING_KEYS = ("reasoning_content", "reasoning")
+"""Where OpenAI-compatible servers (DeepSeek, vLLM, OpenRouter...) put a message's reasoning."""
 
 _ROLES = {"developer": "system", "function": "tool"}
 """OpenAI's roles that the conventions spell differently (``function``: the legacy call's result)."""
@@ -81,6 +95,8 @@ def output_messages(value: object, finish_reasons: Sequence[str] = ()) -> object
         if "finish_reason" not in message:
             if reason is None:
                 reason = item.get("finish_reason")
+            if reason is None:
+                reason = item.get("stop_reason")  # an Anthropic message's
             if reason is None and 0 <= position < len(finish_reasons):
                 reason = finish_reasons[position]
             if reason is None:
@@ -132,7 +148,7 @@ class _StreamedChoice:
     def __init__(self) -> None:
         self.role: object = None
         self.texts: dict[str, list[str]] = {}
-        """``content`` and ``refusal`` pieces."""
+        """``content``, ``refusal`` and reasoning pieces."""
         self.calls: dict[object, dict[str, Any]] = {}
         """Tool calls by index (or id), each with its ``id`` and the pieces of its function."""
         self.last_call: object = None
@@ -142,7 +158,7 @@ class _StreamedChoice:
     def add(self, delta: object) -> None:
         if self.role is None and isinstance(_field(delta, "role"), str):
             self.role = _field(delta, "role")
-        for key in ("content", "refusal"):
+        for key in ("content", "refusal", *_REASONING_KEYS):
             if isinstance(_field(delta, key), str):
                 self.texts.setdefault(key, []).append(_field(delta, key))
         for call_delta in _field(delta, "tool_calls") or ():
@@ -243,10 +259,15 @@ def _message(message: Mapping[str, Any], default_role: str = "user") -> Mapping[
             {
                 "type": "tool_call_response",
                 "id": message.get("tool_call_id"),
-                "response": message.get("content"),
+                "response": _response(message.get("content")),
             }
         )
     else:
+        reasoning = [
+            message[key] for key in _REASONING_KEYS if isinstance(message.get(key), str) and message[key]
+        ]
+        if reasoning:  # the first: some servers send it under both names
+            parts.append({"type": "reasoning", "content": reasoning[0]})
         parts.extend(_content_parts(message.get("content")))
         if message.get("refusal") is not None:  # the conventions' generic part: a type of its own
             parts.append({"type": "refusal", "content": message["refusal"]})
@@ -279,18 +300,14 @@ def _content_parts(content: object) -> list[dict[str, Any]]:
 
 
 def _content_part(part: Mapping[str, Any]) -> dict[str, Any]:
-    """An OpenAI content part (``text``, ``image_url``, ``input_audio``, ``file``...) as a part."""
+    """An OpenAI content part (``text``, ``image_url``, ``input_audio``, ``file``...) or an
+    Anthropic content block (``text``, ``image``, ``document``, ``tool_use``, ``tool_result``,
+    ``thinking``) as a part."""
     kind = part.get("type")
     if kind == "text" and "text" in part:
         return _text(part["text"])
     if kind == "image_url" and isinstance(part.get("image_url"), Mapping):
-        url = part["image_url"].get("url")
-        if isinstance(url, str) and url.startswith("data:"):  # the conventions want a blob part for it
-            header, encoded, data = url.partition(";base64,")
-            if encoded:
-                mime_type = header[5:].split(";", 1)[0] or None
-                return {"type": "blob", "modality": "image", "mime_type": mime_type, "content": data}
-        return {"type": "uri", "modality": "image", "uri": url}
+        return _linked("image", url=part["image_url"].get("url"))
     if kind == "input_audio" and isinstance(part.get("input_audio"), Mapping):
         audio = part["input_audio"]
         return {
@@ -299,7 +316,71 @@ def _content_part(part: Mapping[str, Any]) -> dict[str, Any]:
             "mime_type": f"audio/{audio.get('format', 'wav')}",
             "content": audio.get("data"),
         }
+    if kind == "file" and isinstance(part.get("file"), Mapping):  # OpenAI's: uploaded, or inline
+        file = part["file"]
+        data = file.get("file_data")  # a data: URL, or the base64 alone
+        url, data = (data, None) if isinstance(data, str) and data[:5].lower() == "data:" else (None, data)
+        return _linked("document", url=url, file_id=file.get("file_id"), data=data, given=part)
+    if kind in ("image", "document") and isinstance(part.get("source"), Mapping):  # Anthropic's
+        source = part["source"]
+        data = source.get("data") if source.get("type") == "base64" else None
+        mime_type = source.get("media_type")
+        return _linked(
+            kind,
+            url=source.get("url"),
+            file_id=source.get("file_id"),
+            data=data,
+            mime_type=mime_type,
+            given=part,
+        )
+    if kind == "tool_use":  # Anthropic's tool call, its arguments already parsed
+        return {
+            "type": "tool_call",
+            "id": part.get("id"),
+            "name": part.get("name"),
+            "arguments": part.get("input"),
+        }
+    if kind == "tool_result":  # Anthropic's tool result, in the user's message
+        return {
+            "type": "tool_call_response",
+            "id": part.get("tool_use_id"),
+            "response": _response(part.get("content")),
+        }
+    if kind == "thinking" and isinstance(part.get("thinking"), str):  # its signature is no content
+        return {"type": "reasoning", "content": part["thinking"]}
     return {**part, "type": kind if isinstance(kind, str) else "unknown"}  # the conventions' generic part
+
+
+def _linked(
+    modality: str,
+    *,
+    url: object = None,
+    file_id: object = None,
+    data: object = None,
+    mime_type: object = None,
+    given: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Media sent inline (base64 ``data``, or a ``data:`` URL: a ``blob`` part, as the conventions
+    want), by URL (``uri``) or as an uploaded file (``file``); ``given`` as it is when none."""
+    if isinstance(url, str) and url[:5].lower() == "data:":
+        header, encoded, inline = url.partition(";base64,")
+        if not encoded:
+            header, encoded, inline = url.partition(";BASE64,")
+        if encoded:
+            data = inline
+            mime_type = header[5:].split(";", 1)[0] or None
+    if isinstance(data, str):
+        return {"type": "blob", "modality": modality, "mime_type": mime_type, "content": data}
+    if isinstance(file_id, str):
+        return {"type": "file", "modality": modality, "mime_type": mime_type, "file_id": file_id}
+    if isinstance(url, str) or given is None:
+        return {"type": "uri", "modality": modality, "uri": url}
+    return {**given}
+
+
+def _response(content: object) -> object:
+    """A tool's result: text as it is, content parts converted."""
+    return _content_parts(content) if isinstance(content, list | tuple) else content
 
 
 def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:

@@ -223,7 +223,8 @@ class ModelCall(SpanHandle):
         Messages are recorded in the conventions' shape (``role`` and ``parts``, output messages
         with a ``finish_reason``). OpenAI Chat Completions messages, choices, whole completions
         and a stream's chunks (``chat.completion.chunk``, deltas joined) are converted (text and
-        content parts, tool calls, tool results); messages that have ``parts`` are
+        content parts, tool calls, tool results, reasoning), and so are Anthropic Messages API
+        messages and responses (content blocks, ``stop_reason``); messages that have ``parts`` are
         kept; text is one text part. Call :meth:`record_usage` first to give output messages the
         finish reasons it records.
         """

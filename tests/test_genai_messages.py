@@ -541,3 +541,97 @@ def test_an_image_sent_inline_is_a_blob_part() -> None:
         {"type": "blob", "modality": "image", "mime_type": "image/png", "content": "iVBORw0KGgo="},
         {"type": "uri", "modality": "image", "uri": "https://example.test/cat.png"},
     ]
+
+
+def test_anthropic_content_blocks_become_the_conventions_parts() -> None:
+    """Anthropic's Messages API blocks were kept as generic parts (``tool_use``, ``tool_result``,
+    ``thinking``; an inline image's base64 under ``source``) and its ``stop_reason`` ignored."""
+    history = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+                {"type": "image", "source": {"type": "url", "url": "https://example.test/cat.png"}},
+                {"type": "document", "source": {"type": "file", "file_id": "file_011"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "Add them.", "signature": "EqQB"},
+                {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 3}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "5"}]},
+    ]
+    user, assistant, result = _valid(
+        catalog.GEN_AI_INPUT_MESSAGES, json.dumps(_genai_messages.input_messages(history))
+    )
+    assert user["parts"][1:] == [
+        {"type": "blob", "modality": "image", "mime_type": "image/png", "content": "iVBO"},
+        {"type": "uri", "modality": "image", "uri": "https://example.test/cat.png"},
+        {"type": "file", "modality": "document", "mime_type": None, "file_id": "file_011"},
+    ]
+    assert assistant["parts"] == [
+        {"type": "reasoning", "content": "Add them."},
+        {"type": "tool_call", "id": "toolu_1", "name": "add", "arguments": {"a": 2, "b": 3}},
+    ]
+    assert result["parts"] == [{"type": "tool_call_response", "id": "toolu_1", "response": "5"}]
+    reply = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "text", "text": "It is a"}],
+        "stop_reason": "max_tokens",
+    }
+    (answer,) = _valid(catalog.GEN_AI_OUTPUT_MESSAGES, json.dumps(_genai_messages.output_messages(reply)))
+    assert answer == {
+        "role": "assistant",
+        "parts": [{"type": "text", "content": "It is a"}],
+        "finish_reason": "length",
+    }
+
+
+def test_openai_files_and_reasoning_become_the_conventions_parts() -> None:
+    """A file sent inline was kept as a generic part holding the whole data: URL, an uploaded one
+    had no ``file_id`` part, and the reasoning OpenAI-compatible servers return was dropped."""
+    content = [
+        {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="}},
+        {"type": "file", "file": {"file_id": "file-abc"}},
+    ]
+    tool_result = {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "5"}]}
+    user, tool = _valid(
+        catalog.GEN_AI_INPUT_MESSAGES,
+        json.dumps(_genai_messages.input_messages([{"role": "user", "content": content}, tool_result])),
+    )
+    assert user["parts"] == [
+        {"type": "blob", "modality": "document", "mime_type": "application/pdf", "content": "JVBERi0="},
+        {"type": "file", "modality": "document", "mime_type": None, "file_id": "file-abc"},
+    ]
+    assert tool["parts"][0]["response"] == [{"type": "text", "content": "5"}]
+    choice = {"index": 0, "message": {"role": "assistant", "content": "4", "reasoning_content": "2 + 2"}}
+    chunks = [
+        ChatCompletionChunk.model_validate(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "deepseek-reasoner",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": reason}],
+            }
+        )
+        for delta, reason in [
+            ({"role": "assistant", "reasoning_content": "2 + "}, None),
+            ({"reasoning_content": "2"}, None),
+            ({"content": "4"}, "stop"),
+        ]
+    ]
+    for output in ([choice], chunks):
+        (answer,) = _valid(
+            catalog.GEN_AI_OUTPUT_MESSAGES, json.dumps(_genai_messages.output_messages(output))
+        )
+        assert answer["parts"] == [
+            {"type": "reasoning", "content": "2 + 2"},
+            {"type": "text", "content": "4"},
+        ]
