@@ -99,6 +99,16 @@ separator (``my_jwt_eyJ...``, ``Bearer-eyJ...``, within 64 characters). A scan s
 a run of token characters starts: from each "eyJ" of "eyJ_eyJ_..." it would rerun to the run's
 end."""
 
+_COMMAND_PASSWORD = re.compile(
+    r"(?:\bcurl\b[^\r\n]{0,256}?[ \t](?:-u|--user|--proxy-user|-U)[ \t]*[\"']?[^\s:\"']{0,256}:"
+    r"|\bmysql(?:dump|admin|import|show|check)?\b[^\r\n]{0,256}?[ \t]-p"
+    r"|\bsshpass[ \t]+-p[ \t]*)"
+    r"(?P<value>[^\s\"'-][^\s\"']*)"
+)
+"""A password on a command line, in its programs' own short forms: ``curl -u user:password``
+(``--user``, ``-U`` for a proxy's), ``mysql -ppassword`` (written against the flag),
+``sshpass -p password``. Not ``docker run -u 1000:1000`` (a user and a group)."""
+
 _TELEGRAM_BOT_TOKEN = re.compile(
     r"(?=[0-9])(?:(?<=bot)|(?<![A-Za-z0-9:]))[0-9]{8,10}:A[A-Za-z0-9_-]{34}(?![A-Za-z0-9_-])"
 )
@@ -276,22 +286,30 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     # a slug such as "pk-value-of-the-first-column"); Stripe secret and restricted keys, webhook
     # secrets; Google API keys and OAuth client secrets; GitHub; Slack; Hugging Face, GitLab, Groq,
     # xAI and npm tokens; Google OAuth access tokens; SendGrid, HashiCorp Vault, PyPI, Shopify,
-    # LangSmith, Tavily, Perplexity, Replicate, Databricks and Twilio tokens; age keys
+    # LangSmith, Tavily, Perplexity, Replicate, Databricks and Twilio tokens; age keys; Grafana
+    # Cloud, New Relic, Sentry, Docker Hub, DigitalOcean, Supabase, Pinecone, Linear and Notion
+    # tokens
     re.compile(
-        r"(?=[srpwAGgxhnySltd])"
+        r"(?=[srpwAGgxhnySltdN])"
         + _START
         + r"(?:sk-[A-Za-z0-9_-]{20,}|(?:rk|pk)-(?=[A-Za-z_-]{0,64}[0-9])[A-Za-z0-9_-]{20,}"
         r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{16,}"
         r"|AIza[0-9A-Za-z_-]{30,}|GOCSPX-[A-Za-z0-9_-]{20,}"
         r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
-        r"|xox[abposr]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
-        r"|hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}|gsk_[A-Za-z0-9]{40,}"
+        r"|xox[abcdeoprs]-[A-Za-z0-9%-]{10,}|xapp-[A-Za-z0-9-]{10,}"
+        r"|hf_[A-Za-z0-9]{30,}|gl(?:pat|ptt|dt|rt|ft|oas|soat|cbt|imt|agent)-[A-Za-z0-9_-]{20,}"
+        r"|gsk_[A-Za-z0-9]{40,}"
         r"|xai-[A-Za-z0-9]{40,}|npm_[A-Za-z0-9]{36,}|ya29\.[A-Za-z0-9_-]{20,}"
         r"|SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}|hvs\.[A-Za-z0-9_-]{24,}|pypi-AgE[A-Za-z0-9_-]{50,}"
         r"|shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}|lsv2_(?:pt|sk)_[A-Za-z0-9_]{30,}|tvly-[A-Za-z0-9_-]{20,}"
         r"|pplx-[A-Za-z0-9]{40,}|r8_[A-Za-z0-9]{30,}|dapi[0-9a-f]{32}|SK[0-9a-f]{32}"
-        r"|AGE-SECRET-KEY-1[0-9A-Z]{50,})"
+        r"|AGE-SECRET-KEY-1[0-9A-Z]{50,}"
+        r"|glc_[A-Za-z0-9+/]{32,}={0,2}|glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|NRAK-[A-Z0-9]{27}"
+        r"|sntry[su]_[A-Za-z0-9+/=_]{40,}|dckr_pat_[A-Za-z0-9_-]{24,}|do[opr]_v1_[a-f0-9]{64}"
+        r"|sbp_[a-f0-9]{40}|pcsk_[A-Za-z0-9_]{40,}|lin_api_[A-Za-z0-9]{40}|ntn_[A-Za-z0-9]{40,})"
     ),
+    # a user's password given to curl (-u user:password), to mysql (-ppassword) or to sshpass
+    _COMMAND_PASSWORD,
     # webhook URLs whose path is the credential: Slack, Discord, Teams, Telegram
     re.compile(
         r"(?:hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/"
@@ -310,6 +328,13 @@ DEFAULT_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(
         r"[?&](?i:key|appid|app_id|auth|pass)="
         r"(?P<value>(?=[^&#\s\"'/.:]{0,64}[0-9])[^&#\s\"'/.:]{8,})(?=[&#\s\"']|$)"
+    ),
+    # base64 "user:password" under an "auth" key: a Docker config.json's registry credentials
+    # ({"auths": {"ghcr.io": {"auth": "..."}}}), an .npmrc's _auth=...; holding a digit or a
+    # symbol ("auth": "AuthenticationRequired" is a word)
+    re.compile(
+        r"(?:\"_?auth\"[^\S\r\n]*:[^\S\r\n]*\"|(?<![\w.-])_auth[^\S\r\n]*=[^\S\r\n]*)"
+        r"(?P<value>(?=[A-Za-z0-9+/]{0,256}[0-9+/=])[A-Za-z0-9+/]{16,}={0,2})"
     ),
     # credentials given on a command line or in a .netrc: "--password x", "login u password x"
     re.compile(r"--(?:password|passwd|token|api-key|apikey|secret|client-secret)[ \t]+(?P<value>[^\s-]\S*)"),
@@ -431,6 +456,7 @@ _GATES = {
     _SOMEONES_TOKEN: re.compile("token"),
     _YAML_BLOCK_SECRET: re.compile(_BLOCK_INDICATOR + r"\r?\n"),
     _PASS_KEY: re.compile("pass"),
+    _COMMAND_PASSWORD: re.compile("curl|mysql|sshpass"),
 }
 """For some patterns, text every match holds (searched in the case-folded text): a view without it
 is not scanned by that pattern."""
@@ -456,6 +482,7 @@ _QUICK_CHECK = re.compile(
     r"sk-|rk-|pk-|sk_|rk_|whsec_|aiza|gocspx-|gh[pousr]_|github_pat_|xox|xapp-|hf_|glpat-|gsk_|xai-|npm_|"
     r"ya29\.|sg\.[a-z0-9_-]{16}|hvs\.|pypi-|shp[acps][acst]_|lsv2_|tvly-|pplx-|r8_|dapi[0-9a-f]{32}|"
     r"sk[0-9a-f]{32}|age-secret|akia|asia|abia|acca|eyj|slack\.com|webhook|telegram|sig=|signature=|"
+    r"glc_|glsa_|nrak-|sntry|dckr_pat_|do[opr]_v1_|sbp_|pcsk_|lin_api_|ntn_|gl(?:ptt|dt|rt|ft|oas|soat|cbt|imt|agent)-|curl|mysql|"
     r"honeycomb|:a|appid|"
     r"private key|://|bearer|basic|pass|pwd|secret|token|key|auth|cookie|credential"
 )

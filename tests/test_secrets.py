@@ -256,6 +256,36 @@ SECRETS: tuple[Callable[[], Secret], ...] = (
         lambda: _random(ALNUM, 16),
     ),
     _labelled("owner-pass-kubernetes-yaml", "- name: SMTP_PASS\n  value: {}", lambda: _random(ALNUM, 16)),
+    # Slack's refresh, client and cookie tokens; other providers' tokens by their prefix
+    _plain("slack-refresh", lambda: f"xoxe-1-{_random(ALNUM, 140)}"),
+    _plain("slack-client", lambda: f"xoxc-{RNG.randrange(10**11, 10**12)}-{_random(HEX, 64)}"),
+    _plain("slack-cookie", lambda: f"xoxd-{_random(ALNUM, 20)}%2B{_random(ALNUM, 40)}%3D"),
+    _plain("grafana-cloud", lambda: "glc_" + base64.b64encode(_random(ALNUM, 90).encode()).decode()),
+    _plain("grafana-service-account", lambda: f"glsa_{_random(ALNUM, 32)}_{_random(HEX, 8)}"),
+    _plain("new-relic", lambda: "NRAK-" + _random(UPPER, 27)),
+    _plain("sentry", lambda: "sntrys_" + _random(ALNUM, 80)),
+    _plain("docker-hub", lambda: "dckr_pat_" + _random(ALNUM + "_-", 27)),
+    _plain("gitlab-trigger", lambda: "glptt-" + _random(HEX, 40)),
+    _plain("digitalocean", lambda: "dop_v1_" + _random(HEX, 64)),
+    _plain("supabase", lambda: "sbp_" + _random(HEX, 40)),
+    _plain("pinecone", lambda: "pcsk_" + _random(ALNUM + "_", 60)),
+    _plain("linear", lambda: "lin_api_" + _random(ALNUM, 40)),
+    _plain("notion", lambda: "ntn_" + _random(ALNUM, 46)),
+    # base64 "user:password" under an "auth" key
+    _labelled(
+        "docker-config-auth",
+        '{{"auths": {{"ghcr.io": {{"auth": "{}"}}}}}}',
+        lambda: base64.b64encode(f"kaos:ghp_{_random(ALNUM, 36)}".encode()).decode(),
+    ),
+    _labelled(
+        "npmrc-auth",
+        "//registry.npmjs.org/:_auth={}",
+        lambda: base64.b64encode(f"kaos:{_random(ALNUM, 20)}".encode()).decode(),
+    ),
+    # a password in a command's own short form
+    _labelled("curl-user", "curl -sS -u deploy:{} https://api.example.com/v1", lambda: _random(ALNUM, 16)),
+    _labelled("mysql-password", "mysql -h db -u root -p{} app", lambda: _random(ALNUM, 16)),
+    _labelled("sshpass", "sshpass -p {} ssh deploy@host", lambda: _random(ALNUM, 16)),
     _labelled(
         "gcs-signed-url",
         "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature={}",
@@ -611,6 +641,10 @@ def test_a_value_ends_where_the_next_pair_starts(text: str) -> None:
         "PASS=true",
         "description: |\n  the password is set by the operator\n",
         "ssh://git@github.com/kaos/agents.git",
+        "docker run -u 1000:1000 kaos/agent",
+        '{"auth": "AuthenticationRequired"}',
+        "mysql -u root -p app",
+        "curl -sS https://api.example.com && git push -u origin feature:main",
     ],
 )
 def test_text_about_a_secret_is_left_alone(text: str) -> None:
@@ -659,6 +693,11 @@ def test_text_about_a_secret_is_left_alone(text: str) -> None:
         "<db_pass>a",
         '"name": "dbUser',
         "name: aDb__",
+        "curl -u ",
+        "curl ",
+        '"auth": "a',
+        "_auth=",
+        "mysql -p",
     ],
 )
 def test_scanning_hostile_text_costs_time_in_proportion_to_its_length(unit: str) -> None:
