@@ -680,3 +680,88 @@ def test_production_redaction_masks_the_secret_corpus(
     arrived &= {log.body for log in otlp_receiver.logs()}
     altered_by_sdk = {text for text in benign if default_redactor(text) != text}
     assert sorted(set(benign) - arrived - altered_by_sdk) == []
+
+
+PROBE_SPANS = {
+    "GET /ready (older conventions)": {"http.method": "GET", "http.target": "/ready", "http.route": "/ready"},
+    "GET /healthz?verbose (older conventions)": {"http.method": "GET", "http.target": "/healthz?verbose=1"},
+    "GET /readyz (stable conventions)": {"http.request.method": "GET", "url.path": "/readyz"},
+}
+"""Server spans of health and readiness probes, as instrumentations name their path: ``url.path``
+(stable HTTP conventions) or ``http.target`` (path and query; the older conventions, which
+Python's FastAPI/ASGI instrumentation still emits by default)."""
+
+KEPT_SPANS = {
+    "GET /v1/health-report": ({"http.method": "GET", "http.target": "/v1/health-report"}, SpanKind.SERVER),
+    "GET /status/ready": ({"http.request.method": "GET", "url.path": "/status/ready"}, SpanKind.SERVER),
+    "GET /health (client)": ({"http.request.method": "GET", "url.path": "/health"}, SpanKind.CLIENT),
+}
+"""Spans that are not a probe's server span: the filter keeps them."""
+
+
+def test_production_filter_drops_probes_in_both_http_conventions(
+    otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """Probe server spans from a plain-SDK service are dropped whether the path is ``url.path`` or
+    ``http.target`` (with a query string); other paths and client spans to /health are kept."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    collector, ports = start_production_collector(otlp_receiver, tmp_path)
+    try:
+        provider = TracerProvider(resource=Resource.create({"service.name": "collector-probes"}))
+        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{ports['http']}/v1/traces")
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        tracer = provider.get_tracer("probes")
+        try:
+            for name, attributes in PROBE_SPANS.items():
+                tracer.start_span(name, kind=SpanKind.SERVER, attributes=attributes).end()
+            for name, (attributes, kind) in KEPT_SPANS.items():
+                tracer.start_span(name, kind=kind, attributes=attributes).end()
+            assert provider.force_flush(10_000)  # one request: probes and kept spans together
+        finally:
+            provider.shutdown()
+        wait_until(
+            lambda: set(KEPT_SPANS) <= {span.name for span in otlp_receiver.spans()},
+            "the spans that are not probes",
+            collector,
+        )
+    finally:
+        stop_collector(collector)
+    assert {span.name for span in otlp_receiver.spans()} == set(KEPT_SPANS)
+
+
+def test_production_exporters_split_requests_under_the_grpc_default_limit(
+    otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """One 5 MB request of spans reaches a backend that keeps gRPC's default 4 MiB message limit
+    (as the receiver here, and SigNoz's and Jaeger's OTLP receivers unless configured otherwise):
+    the collector accepts up to 16 MiB, so its exporter must split, not send it whole and drop it."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    spans, size = 320, 16_000  # under transform/limits' 16 KiB cap: nothing is truncated
+    collector, ports = start_production_collector(otlp_receiver, tmp_path)
+    try:
+        provider = TracerProvider(resource=Resource.create({"service.name": "collector-big-batch"}))
+        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{ports['http']}/v1/traces", timeout=60)
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=spans))
+        tracer = provider.get_tracer("big")
+        try:
+            for index in range(spans):
+                tracer.start_span("big", attributes={"app.payload": f"{index:05d}" + "y" * size}).end()
+            assert provider.force_flush(60_000)  # one request of about 5 MB to the collector
+        finally:
+            provider.shutdown()
+        wait_until(
+            lambda: len([s for s in otlp_receiver.spans() if s.name == "big"]) == spans,
+            lambda: f"{spans} spans at the backend, got {len(otlp_receiver.spans())}",
+            collector,
+        )
+    finally:
+        stop_collector(collector)
+    assert "larger than max" not in collector.output()
