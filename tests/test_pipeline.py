@@ -425,11 +425,13 @@ def test_force_flush_after_shutdown_counts_no_loss(make_otel: MakeOtel) -> None:
     assert otel.health.snapshot() == {}
 
 
-def test_force_flush_during_a_shutdown_that_misses_its_deadline_says_so(
-    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+@pytest.mark.parametrize("second_call", ["force_flush", "shutdown"])
+def test_a_flush_or_shutdown_during_a_shutdown_that_misses_its_deadline_says_so(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver, second_call: str
 ) -> None:
-    """A flush while another thread's shutdown waits on a hung collector waits for it and says
-    that not everything left (it said ``True`` at once, and the span was then lost)."""
+    """A flush or a second shutdown while another thread's shutdown waits on a hung collector
+    waits for it and says that not everything left (each said ``True`` at once, and the span was
+    then lost)."""
     otlp_receiver.set_failure("hang")
     otel = make_otel()
     with otel.span("held"):
@@ -438,26 +440,7 @@ def test_force_flush_during_a_shutdown_that_misses_its_deadline_says_so(
     stopping.start()
     time.sleep(0.2)
     try:
-        assert otel.force_flush(timeout=3) is False
-    finally:
-        stopping.join(5)
-    assert otel.health.dropped("traces") == 1
-
-
-def test_a_shutdown_during_one_that_misses_its_deadline_says_so(
-    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
-) -> None:
-    """A second shutdown while another thread's waits on a hung collector waits for it and says
-    that not everything left (it said ``True`` at once, and the span was then lost)."""
-    otlp_receiver.set_failure("hang")
-    otel = make_otel()
-    with otel.span("held"):
-        pass
-    stopping = threading.Thread(target=otel.shutdown, kwargs={"timeout": 1.0})
-    stopping.start()
-    time.sleep(0.2)
-    try:
-        assert otel.shutdown(timeout=3) is False
+        assert getattr(otel, second_call)(timeout=3) is False
     finally:
         stopping.join(5)
     assert otel.health.dropped("traces") == 1
