@@ -46,7 +46,7 @@ from kaos_otel.exporters import (
     otlp_metric_exporter,
     otlp_span_exporter,
 )
-from kaos_otel.exporters.batch import LONGEST_TIMEOUT_S
+from kaos_otel.exporters.batch import LONGEST_TIMEOUT_S, longest_wait_ms
 from kaos_otel.exporters.health import Signal
 from kaos_otel.exporters.pipeline import host_layer_added, redacted_resource, sanitizing_metric_exporter
 
@@ -229,13 +229,7 @@ def _longest_interval_from_env() -> float | None:
         return None  # the reader says so, and uses its default
     if not LONGEST_TIMEOUT_S * 1000 < interval_ms < math.inf:  # inf: the reader exports on flushes only
         return None
-    log_once(
-        "metric-interval-too-long",
-        "kaos-otel: %s (%s ms) is longer than a wait can be; %d ms (30 days) is used",
-        OTEL_METRIC_EXPORT_INTERVAL, raw.strip(), LONGEST_TIMEOUT_S * 1000,
-        level=logging.WARNING,
-    )  # fmt: skip
-    return LONGEST_TIMEOUT_S * 1000
+    return longest_wait_ms(OTEL_METRIC_EXPORT_INTERVAL, interval_ms)
 
 
 def _sdk_provider(provider: Any) -> Any:

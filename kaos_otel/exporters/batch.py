@@ -54,6 +54,20 @@ LONGEST_TIMEOUT_S = 30 * 86_400.0
 accept it, where a longer one raises ``OverflowError``."""
 
 
+def longest_wait_ms(variable: str, wait_ms: float) -> float:
+    """``wait_ms`` (read from ``variable``), or the longest wait, said once, when it is longer than
+    a wait can be: a thread waiting that long would stop at once with ``OverflowError``."""
+    if wait_ms <= LONGEST_TIMEOUT_S * 1000:
+        return wait_ms
+    log_once(
+        f"wait-too-long {variable}",
+        "kaos-otel: %s (%d ms) is longer than a wait can be; %d ms (30 days) is used",
+        variable, wait_ms, LONGEST_TIMEOUT_S * 1000,
+        level=logging.WARNING,
+    )  # fmt: skip
+    return LONGEST_TIMEOUT_S * 1000
+
+
 def _instrumentation_suppressor() -> Callable[[], AbstractContextManager[object]]:
     """What keeps instrumentations (requests, urllib3, grpc...) from tracing the exporter's own calls.
 
@@ -113,14 +127,7 @@ class BatchSettings:
         queue = overrides.get("max_queue_size") or queue
         batch = overrides.get("max_export_batch_size") or batch
         delay = overrides.get("schedule_delay_ms") or delay
-        if delay > LONGEST_TIMEOUT_S * 1000:  # the export thread's wait would raise, and it would stop
-            log_once(
-                f"schedule-delay-too-long {names[2]}",
-                "kaos-otel: %s (%d ms) is longer than a wait can be; %d ms (30 days) is used",
-                names[2], delay, LONGEST_TIMEOUT_S * 1000,
-                level=logging.WARNING,
-            )  # fmt: skip
-            delay = int(LONGEST_TIMEOUT_S * 1000)
+        delay = int(longest_wait_ms(names[2], delay))
         if batch > queue:  # the SDK refuses this combination; a smaller batch is the safe reading
             if not any(overrides.get(key) for key in ("max_queue_size", "max_export_batch_size")):
                 log_once(  # both sizes from the environment: say which variables disagree
