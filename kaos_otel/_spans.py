@@ -365,10 +365,16 @@ def live_context(ctx: Context) -> Context:
     return ctx
 
 
-def _span_name_of(fn: object) -> str:
-    """The name a span of ``fn`` takes: its qualified name, a partial's function's, an object's type's."""
+def _past_partials(fn: object) -> object:
+    """What ``fn`` calls when it is a ``functools.partial`` (of a partial...), else ``fn``."""
     while isinstance(fn, functools.partial):
         fn = fn.func
+    return fn
+
+
+def _span_name_of(fn: object) -> str:
+    """The name a span of ``fn`` takes: its qualified name, a partial's function's, an object's type's."""
+    fn = _past_partials(fn)
     return getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
 
@@ -376,8 +382,7 @@ def _called_function(fn: object) -> object:
     """The function calling ``fn`` runs, which tells its kind (coroutine, generator...): past
     partials, a function or method itself, else its type's ``__call__`` (an object's, or a class's
     metaclass's), which :mod:`inspect` does not look at."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
+    fn = _past_partials(fn)
     if inspect.isfunction(fn) or inspect.ismethod(fn):
         return fn
     call = inspect.getattr_static(type(fn), "__call__", None)
