@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping, Sequence, Set, ValuesView
 from dataclasses import dataclass, field
 from itertools import islice
 from types import MappingProxyType
-from typing import TypeGuard, TypeVar
+from typing import TypeGuard, TypeVar, cast
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AnyValue, AttributeValue
@@ -276,9 +276,8 @@ class ContentPolicy:
                     items.append([self._clean_structured(key, item[0], depth + 2), REDACTED])
                 else:
                     items.append(self._clean_structured(key, item, depth + 1))
-            if len(value) > 1 and all(isinstance(item, str) for item in value):  # `log.info(sys.argv)`
-                for index in secret_arguments(list(value)):  # as an attribute's argument list is
-                    items[index] = REDACTED
+            if all(isinstance(item, str) for item in value):  # `log.info(sys.argv)`: as an attribute's
+                return list(_masked_arguments(value, cast(list[str], items)))
             return items
         return self.clean_text(safe_str(value), self.max_value_length)
 
