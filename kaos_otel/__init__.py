@@ -7,7 +7,7 @@ Names of everything emitted live in :mod:`kaos_otel.catalog`.
 
 from kaos_otel._config import ContentCapture, OtlpProtocol, TelemetrySettings, TrustPolicy
 from kaos_otel._content import ContentPolicy, default_redactor
-from kaos_otel._logs import console_handler
+from kaos_otel._logs import TraceContextFilter, console_handler
 from kaos_otel._manager import KaosOtelManager, configure
 from kaos_otel._metrics import CatalogMeterProvider, KaosMetrics, LabelBounds, metric_views
 from kaos_otel._pipeline import ExportPipeline
@@ -45,6 +45,7 @@ __all__ = [
     "SpanScope",
     "TelemetryHealth",
     "TelemetrySettings",
+    "TraceContextFilter",
     "TrustPolicy",
     "configure",
     "console_handler",

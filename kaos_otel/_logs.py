@@ -314,10 +314,17 @@ def _stepping_aside(configure: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class TraceContextFilter(logging.Filter):
-    """Adds ``otelTraceID`` and ``otelSpanID`` to every record for console formats."""
+    """Adds ``otelTraceID`` and ``otelSpanID`` to every record for console formats.
+
+    Ids a record already has are kept: they were stamped where the record was made, by this
+    filter on a ``QueueHandler`` or by ``opentelemetry-instrumentation-logging``'s record factory.
+    A handler behind a ``QueueListener`` runs on the listener's thread, where no span is current.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Annotate the record with the current span's ids (``0`` outside a span)."""
+        """Annotate the record with the current span's ids (``0`` outside a span), unless it has them."""
+        if getattr(record, "otelSpanID", None) is not None:
+            return True
         span_context = trace.get_current_span().get_span_context()
         if span_context.is_valid:
             record.otelTraceID = trace.format_trace_id(span_context.trace_id)

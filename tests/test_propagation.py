@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import logging.handlers
 import multiprocessing
+import queue
 import re
 import threading
 import time
@@ -25,8 +27,15 @@ from fastapi.responses import StreamingResponse
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
 
-from kaos_otel import KaosOtelManager, TrustPolicy, catalog, run_in_executor_in_context, submit_in_context
-from kaos_otel._logs import console_handler
+from kaos_otel import (
+    KaosOtelManager,
+    TraceContextFilter,
+    TrustPolicy,
+    catalog,
+    console_handler,
+    run_in_executor_in_context,
+    submit_in_context,
+)
 from kaos_otel.instrumentation.asgi import TraceContextMiddleware
 from kaos_otel.propagation import (
     async_inject_request_hook,
@@ -493,6 +502,36 @@ def test_console_format_shows_trace_ids(make_otel: MakeOtel) -> None:
     )
     assert inside.endswith("test.propagation.console: inside")
     assert re.search(r"\[trace_id=0 span_id=0\] test\.propagation\.console: outside$", outside)
+
+
+def test_console_lines_behind_a_queue_listener_show_the_ids_stamped_where_records_were_made(
+    make_otel: MakeOtel,
+) -> None:
+    otel = make_otel()
+    stream = io.StringIO()
+    handler = console_handler()
+    handler.setStream(stream)  # type: ignore[attr-defined]
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    queue_handler = logging.handlers.QueueHandler(records)
+    queue_handler.addFilter(TraceContextFilter())  # stamps the ids on the logging thread
+    listener = logging.handlers.QueueListener(records, handler)  # its thread has no current span
+    logger = logging.getLogger("test.propagation.queued")
+    logger.addHandler(queue_handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    listener.start()
+    try:
+        with otel.span("queued") as span:
+            logger.info("inside")
+        logger.info("outside")
+    finally:
+        listener.stop()
+        logger.removeHandler(queue_handler)
+    ctx = span.span.get_span_context()
+    inside, outside = stream.getvalue().splitlines()
+    ids = f"trace_id={trace.format_trace_id(ctx.trace_id)} span_id={trace.format_span_id(ctx.span_id)}"
+    assert ids in inside
+    assert "[trace_id=0 span_id=0]" in outside
 
 
 def test_a_stream_the_client_cuts_ends_canceled_on_the_server_span_and_the_run(
