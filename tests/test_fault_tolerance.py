@@ -341,7 +341,8 @@ def test_huge_and_unserialisable_values_are_capped_and_the_batch_arrives(
 def test_a_burst_of_huge_log_records_is_not_rejected(
     otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Capped log records go out in batches a gRPC server accepts (none over its 4 MiB limit)."""
+    """Capped log records go out in requests a gRPC server accepts (none over its 4 MiB limit),
+    however large their ``extra=`` attributes make a batch."""
     monkeypatch.setenv("OTEL_BLRP_SCHEDULE_DELAY", "5000")
     otel = KaosOtelManager(
         "fault-tolerance",
@@ -355,12 +356,14 @@ def test_a_burst_of_huge_log_records_is_not_rejected(
     logger.propagate = False
     try:
         records = 4 * 2**20 // VALUE_LIMIT + 88
+        large = {f"test.large_{n}": "z" * (TEN_MB // 10) for n in range(4)}  # 5 MiB a batch of 128
         for index in range(records):
-            logger.warning("%d %s", index, "y" * (TEN_MB // 10))
+            logger.warning("%d %s", index, "y" * (TEN_MB // 10), extra=large)
         assert otel.force_flush(timeout=20)
         assert len(otlp_receiver.logs()) == records, otel.health.snapshot()
         assert otel.health.dropped() == 0, otel.health.snapshot()
         assert all(len(str(log.body)) <= VALUE_LIMIT for log in otlp_receiver.logs())
+        assert all(len(log.attributes["test.large_3"]) <= VALUE_LIMIT for log in otlp_receiver.logs())
     finally:
         logger.removeHandler(handler)
         otel.shutdown(timeout=2)

@@ -46,9 +46,10 @@ T = TypeVar("T")
 E = TypeVar("E")
 
 LOG_EXPORT_BATCH_SIZE = 128
-"""Log records per export request unless ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` says otherwise (a
+"""Log records per export batch unless ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` says otherwise (a
 value that is no positive integer included): at the capped sizes (8 KiB body plus capped exception
-attributes) a batch stays well under the 4 MiB a gRPC receiver or collector accepts."""
+attributes) a batch is one request well under the 4 MiB a gRPC receiver or collector accepts;
+records with large ``extra=`` attributes are split into several requests by size."""
 LONGEST_TIMEOUT_S = 30 * 86_400.0
 """The longest wait kaos-otel makes (``math.inf``, no deadline, means this): every platform's locks
 accept it, where a longer one raises ``OverflowError``."""

@@ -340,26 +340,43 @@ class SanitizingSpanExporter(SpanExporter):
 
 class SanitizingLogExporter(LogRecordExporter):
     """Redacts and caps every log body, attribute, event name and resource, exports, and counts
-    failures."""
+    failures.
 
-    def __init__(self, inner: LogRecordExporter, policy: ContentPolicy, health: TelemetryHealth) -> None:
+    A batch whose estimated encoded size exceeds ``max_request_bytes`` goes out as several
+    requests; after a request fails, the rest of the batch is not sent and is counted as lost.
+    """
+
+    def __init__(
+        self,
+        inner: LogRecordExporter,
+        policy: ContentPolicy,
+        health: TelemetryHealth,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:
         self._inner = inner
         self._policy = policy
         self._health = health
+        self._max_request_bytes = max_request_bytes
         self._in_flight = _InFlight()
         self._cleaned_resource = ResourceCleaner(policy)
 
     def export(self, batch: Sequence[ReadWriteLogRecord]) -> LogRecordExportResult:  # type: ignore[override]
         """Export cleaned records; a failure is counted, never raised."""
         self._in_flight.start(len(batch))
+        pending = len(batch)
         try:
-            result = self._inner.export([self._cleaned(log_record) for log_record in batch])  # type: ignore[arg-type]
+            cleaned = [self._cleaned(log_record) for log_record in batch]  # type: ignore[arg-type]
+            sized = [(log_record, _log_record_size(log_record)) for log_record in cleaned]
+            for request in _split_by_size(sized, self._max_request_bytes):
+                if self._inner.export(request) is not LogRecordExportResult.SUCCESS:
+                    break
+                self._in_flight.finish(len(request))
+                pending -= len(request)
         except Exception as exc:
             internal_error("log export", exc)
-            result = LogRecordExportResult.FAILURE
-        if self._in_flight.finish(len(batch)) and result is not LogRecordExportResult.SUCCESS:
-            self._health.record_drop("logs", "export_failed", len(batch))
-        return result
+        if self._in_flight.finish(pending) and pending:
+            self._health.record_drop("logs", "export_failed", pending)
+        return LogRecordExportResult.FAILURE if pending else LogRecordExportResult.SUCCESS
 
     def _cleaned(self, log_record: ReadableLogRecord) -> ReadableLogRecord:
         """A log record with its body (text, or the strings of a structured body), attributes and
@@ -511,16 +528,42 @@ _SPAN_OVERHEAD_BYTES = 96
 """Ids, timestamps, kind, status and field tags of one encoded span (an overestimate)."""
 
 
-def _split_by_size(spans: list[tuple[ReadableSpan, int]], limit: int) -> Iterator[list[ReadableSpan]]:
-    """Consecutive runs of ``(span, estimated size)`` whose total size stays within ``limit``."""
-    request: list[ReadableSpan] = []
+_LOG_RECORD_OVERHEAD_BYTES = 64
+"""Timestamps, ids, severity and field tags of one encoded log record (an overestimate)."""
+
+
+def _log_record_size(log_record: ReadableLogRecord) -> int:
+    """Estimated encoded size of a cleaned log record: its body and attributes, nested values too."""
+    record = log_record.log_record
+    return _LOG_RECORD_OVERHEAD_BYTES + _value_size(record.body) + _value_size(record.attributes)
+
+
+def _value_size(value: object) -> int:
+    """Strings (keys too) and bytes counted in full, 8 bytes for any other value and per item."""
+    if isinstance(value, str):
+        return _text_size(value)
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(8 + _text_size(str(key)) + _value_size(item) for key, item in value.items())
+    if isinstance(value, tuple | list):
+        return sum(8 + _value_size(item) for item in value)
+    return 8
+
+
+_Item = TypeVar("_Item")
+
+
+def _split_by_size(items: list[tuple[_Item, int]], limit: int) -> Iterator[list[_Item]]:
+    """Consecutive runs of ``(item, estimated size)`` whose total size stays within ``limit``."""
+    request: list[_Item] = []
     size = 0
-    for span, span_size in spans:
-        if request and size + span_size > limit:
+    for item, item_size in items:
+        if request and size + item_size > limit:
             yield request
             request, size = [], 0
-        request.append(span)
-        size += span_size
+        request.append(item)
+        size += item_size
     if request:
         yield request
 
@@ -535,9 +578,6 @@ def _with_dropped(
     bounded = BoundedAttributes(attributes=attributes, extended_attributes=extended)
     bounded.dropped = dropped
     return bounded
-
-
-_Item = TypeVar("_Item")
 
 
 def _list_with_dropped(items: list[_Item], dropped: int) -> Sequence[_Item]:
