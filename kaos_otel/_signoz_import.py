@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import httpx
 
+from kaos_otel._trace_tree import printable
 from kaos_otel.assets import AssetsMissingError, asset_root
 
 API_KEY_HEADER = "SIGNOZ-API-KEY"
@@ -111,19 +112,25 @@ def with_channels(rule: JsonObj, channels: Sequence[str]) -> JsonObj:
     thresholds = copy.get("condition", {}).get("thresholds")
     if isinstance(thresholds, dict) and isinstance(thresholds.get("spec"), list):
         for threshold in thresholds["spec"]:
-            threshold["channels"] = list(channels)
+            if isinstance(threshold, dict):  # SigNoz refuses any other, with its reason
+                threshold["channels"] = list(channels)
     else:  # schema v1 rules carry their channels at the top
         copy["preferredChannels"] = list(channels)
     return copy
 
 
 # --- SigNoz API ---------------------------------------------------------------------------
+def _one_line(text: str, limit: int) -> str:
+    """The start of a body as one line of plain text (an HTML page, a proxy's error page...)."""
+    return printable(" ".join(text.split())[:limit])
+
+
 def _error_message(response: httpx.Response) -> str:
     """The reason SigNoz gives in an error body, whatever its shape."""
     try:
         body = response.json()
     except ValueError:
-        return response.text.strip()[:500] or response.reason_phrase
+        return _one_line(response.text, 500) or response.reason_phrase
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict):
@@ -137,6 +144,19 @@ def _error_message(response: httpx.Response) -> str:
         if body.get("message"):
             return str(body["message"])
     return json.dumps(body)[:500]
+
+
+def _check_api_key(api_key: str) -> None:
+    """Refuse a key an HTTP header cannot carry, without showing it (httpx would fail each request
+    with the key in its message, or with a traceback for a non-ASCII one)."""
+    for position, character in enumerate(api_key, 1):
+        if not " " <= character <= "~":
+            kind = "a control character" if character.isascii() else "a non-ASCII character"
+            raise ImportFailed(
+                f"the API key has {kind} at position {position} of {len(api_key)}, which an HTTP header "
+                "cannot carry: copy it again from SigNoz (Settings -> API Keys) into --api-key or "
+                "SIGNOZ_API_KEY"
+            )
 
 
 class SigNozClient:
@@ -153,6 +173,7 @@ class SigNozClient:
     ) -> None:
         self.url = url.rstrip("/")
         self.rules_api = rules_api
+        _check_api_key(api_key)
         try:
             self._http = httpx.Client(
                 base_url=self.url,
@@ -211,7 +232,7 @@ class SigNozClient:
             payload = response.json()
         except ValueError as exc:
             raise ImportFailed(
-                f"{method} {path}: SigNoz answered with non-JSON: {response.text[:200]}"
+                f"{method} {path}: SigNoz answered with non-JSON: {_one_line(response.text, 200)}"
             ) from exc
         if isinstance(payload, dict) and payload.get("status") == "error":
             raise ImportFailed(f"{method} {path}: {_error_message(response)}")
@@ -385,7 +406,8 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
 
 def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = None) -> int:
     """Exit status: 0 all done, 1 something failed, 2 bad usage or bad files."""
-    if not args.api_key:
+    api_key = (args.api_key or "").strip()  # pasted with a line break or a space around it
+    if not api_key:
         print(
             "error: no API key: pass --api-key or set SIGNOZ_API_KEY (SigNoz: Settings -> API Keys)",
             file=sys.stderr,
@@ -403,7 +425,7 @@ def run(args: argparse.Namespace, *, transport: httpx.BaseTransport | None = Non
         return 2
     try:
         client = SigNozClient(
-            args.url, args.api_key, rules_api=args.rules_api, timeout=args.timeout, transport=transport
+            args.url, api_key, rules_api=args.rules_api, timeout=args.timeout, transport=transport
         )
     except ImportFailed as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeAlias
@@ -67,12 +68,33 @@ def _is_startup_method(method: object) -> bool:
     return isinstance(method, str) and method in _STARTUP_MCP_METHODS
 
 
-_CONTROL_CHARACTERS = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+_CONTROL_CHARACTERS = {
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))},
+    # bidirectional controls: U+202E would draw the rest of the line right to left, hiding what follows
+    **{
+        code: f"\\u{code:04x}"
+        for code in (0x61C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+    },
+}
 
 
 def printable(text: str) -> str:
-    """``text`` with control characters (terminal escapes, line breaks) written as ``\\xNN``."""
+    """``text`` with control characters (terminal escapes, line breaks) written as ``\\xNN``, and
+    bidirectional ones (which reorder what a terminal shows) as ``\\uNNNN``."""
     return text.translate(_CONTROL_CHARACTERS)
+
+
+def _width(text: str) -> int:
+    """Terminal columns ``text`` takes: wide (CJK, emoji) characters two, combining marks and
+    zero-width ones none."""
+    return sum(
+        0
+        if unicodedata.category(c) in ("Mn", "Me", "Cf")
+        else 2
+        if unicodedata.east_asian_width(c) in ("W", "F")
+        else 1
+        for c in text
+    )
 
 
 def _start_order(span: ReceivedSpan) -> tuple[int, str]:
@@ -193,7 +215,7 @@ class _Renderer:
             self.lines.append(text)
 
     def _add(self, plain: str, text: str, span: ReceivedSpan | None) -> None:
-        self._rows.append((len(plain), text, span))
+        self._rows.append((_width(plain), text, span))
 
     def _tree(
         self,

@@ -7,6 +7,7 @@ alone (no editable install, no checkout on the path), and the commands run from 
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from test_collector import collector_binary
-from test_dashboards import SIGNOZ_ALERTS, SIGNOZ_DASHBOARD, FakeSigNoz, _run_import
+from test_dashboards import API_KEY, SIGNOZ_ALERTS, SIGNOZ_DASHBOARD, FakeSigNoz, _run_import
 
 import kaos_otel
 from kaos_otel.assets import ASSET_PATTERNS, COLLECTOR_PROFILES, asset_files, collector_config
@@ -213,6 +214,65 @@ def test_dashboards_import_refuses_a_url_that_is_not_http_before_any_request(
     assert kaos_otel_main(["dashboards", "import", "--api-key", "k", "--signoz", url]) == 2
     err = capsys.readouterr().err
     assert f"error: the SigNoz URL {url!r} is not valid: it starts with neither http:// nor https://" in err
+
+
+@pytest.mark.fast
+def test_dashboards_import_takes_a_pasted_api_key_and_never_shows_one_it_cannot_send(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A line break or space around the key (a file, a CRLF .env) is dropped; a key with a character
+    an HTTP header cannot carry is a usage error naming where it is, not a traceback or a
+    "cannot reach SigNoz" error quoting the key, and no request is sent."""
+    fake = FakeSigNoz()
+    assert _run_import(fake, key=f" {API_KEY}\r\n") == 0
+    assert "created" in capsys.readouterr().out
+    for key, said in (("t\u00e9st-key-1234", "a non-ASCII character at position 2 of 13"),
+                      ("test\x1b-key-5678", "a control character at position 5 of 14")):  # fmt: skip
+        fake = FakeSigNoz()
+        assert _run_import(fake, key=key) == 2
+        out, err = capsys.readouterr()
+        assert f"error: the API key has {said}" in err and "Traceback" not in err
+        assert key[-4:] not in out + err and fake.calls == []
+
+
+@pytest.mark.fast
+def test_dashboards_import_with_a_channel_sends_a_rule_whose_thresholds_are_not_objects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hand-edited rule with a threshold that is not an object gets SigNoz's reason, not a traceback."""
+    rule = json.loads(SIGNOZ_ALERTS[0].read_text(encoding="utf-8"))
+    rule["condition"]["thresholds"]["spec"].append("critical")
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(rule), encoding="utf-8")
+    fake = FakeSigNoz()
+
+    def refusing_the_rule(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            return httpx.Response(400, json={"status": "error", "error": {"message": "bad threshold"}})
+        return fake(request)
+
+    assert _run_import(refusing_the_rule, "--channel", "ops", str(path)) == 1
+    assert "POST /api/v1/rules: HTTP 400: bad threshold" in capsys.readouterr().err
+
+
+@pytest.mark.fast
+def test_dashboards_import_at_a_web_server_that_is_not_signoz_fails_in_one_line_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """HTML pages (the URL of another server, a proxy's error page) are quoted as one line each."""
+    page = "<!doctype html>\n<html>\n  <body>\n    <h1>Not \x1b[31mhere</h1>\n  </body>\n</html>\n"
+
+    def web_server(request: httpx.Request) -> httpx.Response:
+        status = 200 if request.url.path.startswith("/api/v2") else 404
+        return httpx.Response(status, text=page, headers={"Content-Type": "text/html"})
+
+    assert _run_import(web_server) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and err[-1] == "2 failure(s)"
+    assert err[0].endswith(
+        "non-JSON: <!doctype html> <html> <body> <h1>Not \\x1b[31mhere</h1> </body> </html>"
+    )
+    assert "HTTP 404 <!doctype html> <html>" in err[1]
 
 
 IMPORT = ["dashboards", "import", "--signoz", "http://127.0.0.1:9", "--api-key", "k"]

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import unicodedata
 from importlib import metadata
 from pathlib import Path
 
@@ -301,3 +302,30 @@ def test_output_to_a_full_disk_is_one_line_not_a_traceback(words: list[str], tmp
     assert (done.returncode, done.stderr) == (
         1, "kaos-otel: error: cannot write the output: No space left on device\n",
     )  # fmt: skip
+
+
+def test_traces_show_lines_up_the_waterfall_of_wide_names_and_escapes_bidi_controls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CJK and emoji take two columns, combining accents none: the bars still start in one column;
+    a right-to-left override in a name is shown escaped, not left to reorder the line."""
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider(resource=Resource.create({"service.name": "coordinator"}))
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("检索知识库 🤖"):
+        for name in ("plain name", "e\u0301e\u0301e\u0301", "rtl \u202etxt.exe"):
+            with tracer.start_as_current_span(name):
+                pass
+    telemetry = tmp_path / "telemetry.jsonl"
+    telemetry.write_text(to_otlp_json(encode_spans(spans.get_finished_spans())) + "\n")
+    assert kaos_otel_main(["traces", "show", str(telemetry), "--no-color", "--waterfall"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.endswith("|")]
+    assert len(lines) == 4 and "rtl \\u202etxt.exe" in lines[3] and "\u202e" not in lines[3]
+
+    def bar_column(line: str) -> int:
+        before = line[: line.index(" |")]
+        wide = sum(unicodedata.east_asian_width(c) in "WF" for c in before)
+        return len(before) + wide - sum(unicodedata.combining(c) > 0 for c in before)
+
+    assert len({bar_column(line) for line in lines}) == 1
