@@ -232,6 +232,7 @@ HIGH_CARDINALITY_KEYS: frozenset[str] = frozenset(
         GEN_AI_CONVERSATION_ID,
         GEN_AI_AGENT_ID,
         GEN_AI_TOOL_CALL_ID,
+        GEN_AI_RESPONSE_ID,
         GEN_AI_MEMORY_STORE_ID,
         GEN_AI_MEMORY_RECORD_ID,
     }

@@ -58,6 +58,13 @@ def test_metric_labels_are_declared_and_never_ids_or_content(published: dict[str
             assert not declared[key].content, f"{metric['name']}: content {key} as a label"
 
 
+def test_every_id_attribute_is_kept_off_metric_labels() -> None:
+    """Each id the catalog declares (``*.id``) is in the list that keeps ids off metric labels."""
+    ids = {spec.key for spec in catalog.ATTRIBUTES if spec.key.endswith(".id")}
+    assert catalog.GEN_AI_RESPONSE_ID in ids
+    assert ids <= catalog.HIGH_CARDINALITY_KEYS, sorted(ids - catalog.HIGH_CARDINALITY_KEYS)
+
+
 def test_units_and_buckets() -> None:
     for spec in catalog.METRICS:
         assert spec.unit != "ms", f"{spec.name}: durations are in seconds"
