@@ -808,6 +808,19 @@ def test_opentelemetry_instrument_checks_the_supported_range_before_loading_the_
     assert get_dist_dependency_conflicts(importlib.metadata.distribution("kaos-otel")) is None
 
 
+@pytest.mark.parametrize("flavor", FLAVORS)
+async def test_the_offline_llm_stays_offline_with_an_openrouter_key_set(
+    flavor: Flavor, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """mem0's openai LLM goes to openrouter.ai whenever ``OPENROUTER_API_KEY`` is set."""
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-not-for-this-server")
+    memory = make_memory(flavor, model_server, tmp_path)
+    added = await memory_caller(memory)("add", "I love blue and my cat is called Tom", user_id="alice")
+    assert [record["memory"] for record in added["results"]] == list(FACTS)
+    assert len(model_server.requests) == 1
+    memory.close()
+
+
 def test_network_guard_blocks_remote_hosts(no_network: NetworkGuard) -> None:
     import socket
 

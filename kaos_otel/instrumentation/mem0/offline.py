@@ -7,7 +7,8 @@
 - Embedder: :class:`WordLlamaEmbedder`, static WordLlama embeddings (256 dims, about 30 us per
   short text) loaded from the installed ``wordllama`` package with downloads disabled.
 - LLM (``add(..., infer=True)`` only): mem0's ``openai`` provider pointed at an
-  OpenAI-compatible server, e.g. a local scripted one. mem0 sends one
+  OpenAI-compatible server, e.g. a local scripted one, even with ``OPENROUTER_API_KEY`` set
+  (which, on its own, makes mem0 send the messages to openrouter.ai). mem0 sends one
   ``POST /v1/chat/completions`` (``response_format`` ``json_object``) per ``add`` and expects
   the reply content ``{"memory": [{"id": "0", "text": "..."}]}``.
 
@@ -32,6 +33,7 @@ os.environ.setdefault("MEM0_TELEMETRY", "False")
 from mem0 import AsyncMemory, Memory
 from mem0.configs.embeddings.base import BaseEmbedderConfig
 from mem0.embeddings.base import EmbeddingBase
+from openai import OpenAI
 
 from kaos_otel._logs import root_logging_kept
 
@@ -97,17 +99,24 @@ def offline_config(
     }
 
 
+def _made_offline(memory: Any, config: dict[str, Any]) -> Any:
+    """``memory`` embedding with WordLlama, its LLM client at the configured server only."""
+    memory.embedding_model = WordLlamaEmbedder()
+    llm = config["llm"]["config"]
+    # mem0's openai LLM targets openrouter.ai, with that key, whenever OPENROUTER_API_KEY is set
+    memory.llm.client = OpenAI(api_key=llm["api_key"], base_url=llm["openai_base_url"])
+    return memory
+
+
 def offline_memory(llm_base_url: str, *, history_db_path: str | os.PathLike[str], **options: str) -> Any:
     """A ``mem0.Memory`` built from :func:`offline_config`, embedding with WordLlama."""
-    memory = Memory.from_config(offline_config(llm_base_url, history_db_path=history_db_path, **options))
-    memory.embedding_model = WordLlamaEmbedder()
-    return memory
+    config = offline_config(llm_base_url, history_db_path=history_db_path, **options)
+    return _made_offline(Memory.from_config(config), config)
 
 
 def offline_async_memory(
     llm_base_url: str, *, history_db_path: str | os.PathLike[str], **options: str
 ) -> Any:
     """A ``mem0.AsyncMemory`` built from :func:`offline_config`, embedding with WordLlama."""
-    memory = AsyncMemory.from_config(offline_config(llm_base_url, history_db_path=history_db_path, **options))
-    memory.embedding_model = WordLlamaEmbedder()
-    return memory
+    config = offline_config(llm_base_url, history_db_path=history_db_path, **options)
+    return _made_offline(AsyncMemory.from_config(config), config)
