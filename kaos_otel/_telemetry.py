@@ -34,6 +34,7 @@ from kaos_otel._spans import (
     SpanFactory,
     SpanHandle,
     SpanScope,
+    _SpanMark,
     outcome_named,
 )
 from kaos_otel.catalog import MemoryScope, MemoryTier, Outcome, RequestOrigin
@@ -67,25 +68,27 @@ def _given_attributes(where: str, attributes: object) -> Mapping[str, object]:
 
 
 _DELEGATION_KEY = otel_context.create_key("kaos-otel-delegation")
-"""Context key: the delegation whose block the context is in (see :class:`_Delegation`)."""
+"""Context key: the span mark of the delegation whose block the context is in (see :class:`_Delegation`)."""
 
 
 class _Delegation(SpanHandle):
     """A delegation's span: its context says so, so that an agent run started inside it (an
-    in-process sub-agent) counts as delegated, not as a user's request."""
+    in-process sub-agent) counts as delegated, not as a user's request. The context holds the
+    span's mark, not the handle: a handle its own context references would wait for the garbage
+    collector, with its span, instead of being freed as it ends."""
 
     __slots__ = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._context = otel_context.set_value(_DELEGATION_KEY, self, self._context)
+        self._context = otel_context.set_value(_DELEGATION_KEY, self._mark, self._context)
 
 
 def _origin_of_current_context() -> RequestOrigin:
     """``delegated`` for a run started inside a delegation's block that has not ended, with no
     other agent run between them (spans of any other kind may be), else ``user``."""
     delegation = otel_context.get_value(_DELEGATION_KEY)
-    if isinstance(delegation, _Delegation) and not delegation.is_ended:
+    if isinstance(delegation, _SpanMark) and not delegation.ended:
         return RequestOrigin.DELEGATED
     return RequestOrigin.USER
 
@@ -608,7 +611,8 @@ class AgentTelemetry:
 
         ``provider`` is ``gen_ai.provider.name`` on the span and the metrics; it defaults to
         ``openai`` (the OpenAI-compatible API the reference agent speaks): name yours
-        (``anthropic``, ``aws.bedrock``, ``gcp.vertex_ai``...), or it is recorded as OpenAI.
+        (``anthropic``, ``aws.bedrock``, ``gcp.vertex_ai``...), or it is recorded as OpenAI. One
+        given in ``attributes`` wins, on the metrics too.
 
         The span name carries the model as metric labels do (bounded: see
         :meth:`register_known_names`); ``gen_ai.request.model`` keeps it as given."""
@@ -641,6 +645,8 @@ class AgentTelemetry:
         }
         if stream:  # set only then: every other call skips the key
             call_attributes.setdefault(catalog.GEN_AI_REQUEST_STREAM, True)  # given attributes win
+        if isinstance(given_provider := call_attributes[catalog.GEN_AI_PROVIDER_NAME], str):
+            provider = given_provider  # given attributes win on the metrics too: they say what the span says
         call = self._begin(
             ModelCall,
             f"chat {self._metrics.bounds.bound(catalog.GEN_AI_REQUEST_MODEL, model)}",
@@ -695,7 +701,7 @@ class AgentTelemetry:
             },
             on_end,
         )
-        if name != tool_name:
+        if name is not tool_name:  # kept names come back as given: no comparison of model output
             handle.set_content(catalog.KAOS_REQUESTED_NAME, tool_name)
         handle.set_content(catalog.GEN_AI_TOOL_CALL_ARGUMENTS, arguments)
         return handle
@@ -728,7 +734,7 @@ class AgentTelemetry:
             },
             on_end,
         )
-        if name != target:
+        if name is not target:  # as in tool_call
             handle.set_content(catalog.KAOS_REQUESTED_NAME, target)
         return handle
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kaos_otel import KaosOtelManager, MemoryScope, MemoryTier, Outcome, catalog
+from kaos_otel import KaosOtelManager, MemoryScope, MemoryTier, Outcome, SpanHandle, catalog
 from kaos_otel.receiver import OtlpReceiver, ReceivedSpan
 
 MakeOtel = Callable[..., KaosOtelManager]
@@ -251,6 +252,30 @@ def test_helpers_given_attributes_that_are_no_mapping_or_no_agent_run_trace_all_
     assert any("memory operation 'recall' is not one of" in w for w in warnings), warnings
 
 
+class Uncomparable:
+    """A name from model output parsed into an object that cannot be compared (as a NumPy array's
+    ``!=`` has no truth value)."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("no truth value")
+
+    def __ne__(self, other: object) -> bool:
+        raise ValueError("no truth value")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_tool_or_target_name_that_cannot_be_compared_is_other_never_an_exception(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    otel = make_otel(capture_content=True)
+    with otel.tool_call("coord", Uncomparable()), otel.delegation("coord", Uncomparable()):  # type: ignore[arg-type]
+        pass
+    spans = collect(otel, otlp_receiver, 2)
+    assert sorted(span.name for span in spans) == ["execute_tool _other", "invoke_agent _other"]
+    assert all(catalog.KAOS_REQUESTED_NAME in span.attributes for span in spans)  # what was asked for
+
+
 def test_one_name_given_as_a_string_is_one_name(make_otel: MakeOtel) -> None:
     otel = make_otel()
     otel.register_known_names("coder", tools="echo", models="m1", targets="helper")
@@ -393,6 +418,35 @@ def test_a_run_started_inside_a_delegation_counts_as_delegated(
     assert ("researcher", "delegated") in counted and ("researcher", "user") not in counted
 
 
+def test_a_delegation_is_freed_as_it_ends_not_left_for_the_garbage_collector(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """A delegation's context marks the block for the runs started in it without referencing its
+    handle: an ended delegation (its span and attributes) is freed at once, as other spans are."""
+    otel = make_otel()
+
+    def delegate() -> None:
+        with otel.delegation("coordinator", "researcher"), otel.invoke_agent("researcher"):
+            pass
+
+    delegate()  # first calls may cache what later calls reuse
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # keep what a collection finds unreachable, to look at it
+    try:
+        delegate()
+        gc.collect()
+        left_for_the_collector = [type(o).__name__ for o in gc.garbage if isinstance(o, SpanHandle)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left_for_the_collector == []
+    spans = collect(otel, otlp_receiver, 4)
+    origins = [s.attributes[catalog.KAOS_REQUEST_ORIGIN] for s in spans if s.kind == "INTERNAL"]
+    assert origins == ["delegated", "delegated"]  # the mark still tells the run it is delegated
+
+
 def test_usage_recorded_in_parts_adds_up_and_after_the_end_says_so(
     make_otel: MakeOtel, otlp_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -454,6 +508,29 @@ def test_a_streamed_call_records_its_time_to_first_chunk(
 
     assert otlp_receiver.wait_for(lambda r: first_chunks() != {}, 10)
     assert first_chunks() == {"streamed-model": 1}
+
+
+def test_a_provider_given_in_the_attributes_is_the_one_on_the_metrics_too(
+    make_otel: MakeOtel, otlp_receiver: OtlpReceiver
+) -> None:
+    """Convention attributes given with the call (as ``gen_ai.request.temperature`` is) win on the
+    span; the metrics must say the same provider, not the ``openai`` default."""
+    otel = make_otel()
+    attributes = {catalog.GEN_AI_PROVIDER_NAME: "anthropic", "gen_ai.request.temperature": 0.2}
+    with otel.model_call("assistant", "claude-sonnet", attributes=attributes) as call:
+        call.record_usage(10, 3)
+    (chat,) = collect(otel, otlp_receiver, 1)
+    assert chat.attributes[catalog.GEN_AI_PROVIDER_NAME] == "anthropic"
+
+    def providers() -> set[object]:
+        return {
+            p.attributes[catalog.GEN_AI_PROVIDER_NAME]
+            for p in otlp_receiver.metric_points()
+            if p.name in (catalog.GEN_AI_CLIENT_OPERATION_DURATION, catalog.GEN_AI_CLIENT_TOKEN_USAGE)
+        }
+
+    assert otlp_receiver.wait_for(lambda r: providers() != set(), 10)
+    assert providers() == {"anthropic"}
 
 
 def test_handles_of_a_disabled_manager_answer_like_the_others(make_otel: MakeOtel) -> None:
