@@ -155,10 +155,9 @@ def _shut_down_at_exit() -> None:
     :data:`DEFAULT_SHUTDOWN_TIMEOUT_S`, not in that many times as many, when the collector is down;
     a manager the deadline leaves no time stops at once and counts what it could not send. One
     after the other, not side by side: managers sharing providers flush them before the last one
-    stops them."""
-    deadline = time.monotonic() + DEFAULT_SHUTDOWN_TIMEOUT_S
-    for manager in reversed(list(_RUNNING)):
-        manager.shutdown(max(0.0, deadline - time.monotonic()))
+    stops them. In a child of a plain ``os.fork()`` leaving through ``atexit``, managers inherited
+    from the parent only flush their spans and log records (see :func:`_stop_running_managers`)."""
+    _stop_running_managers(DEFAULT_SHUTDOWN_TIMEOUT_S)
 
 
 atexit.register(_shut_down_at_exit)
@@ -185,16 +184,27 @@ def _stop_at_child_exit(_manager: KaosOtelManager) -> None:
 
 
 def _stop_managers_at_child_exit() -> None:
-    """As a ``multiprocessing`` child ends, stop the managers running in it, the newest first,
-    within one :data:`CHILD_EXIT_FLUSH_S` deadline for them all (a child with nothing queued or
-    being sent leaves at once). A manager made in the child on a meter provider of its own is shut
-    down, metrics included; the others, inherited from the parent or on its providers, only flush
-    their spans and log records: the child holds the parent's metric totals too, which are the
-    parent's to export."""
-    deadline = time.monotonic() + CHILD_EXIT_FLUSH_S
+    """As a ``multiprocessing`` child ends, stop the managers running in it within one
+    :data:`CHILD_EXIT_FLUSH_S` deadline for them all (a child with nothing queued or being sent
+    leaves at once)."""
+    _stop_running_managers(CHILD_EXIT_FLUSH_S)
+
+
+_IMPORTED_IN = os.getpid()
+"""The process that imported kaos-otel: any other running this code is a fork of it, holding its state."""
+
+
+def _stop_running_managers(timeout_s: float) -> None:
+    """Stop the managers running in this process, the newest first, within ``timeout_s`` for them
+    all. In a forked child, a manager inherited from the parent, or made in the child on providers
+    it does not own (the parent's global ones), only flushes its spans and log records: the child
+    holds the parent's metric totals too, which are the parent's to export (a backend would count
+    them twice). The others are shut down, metrics included."""
+    forked = os.getpid() != _IMPORTED_IN
+    deadline = time.monotonic() + timeout_s
     for manager in reversed(list(_RUNNING)):
         remaining = max(0.0, deadline - time.monotonic())
-        if manager._made_in == os.getpid() and manager.pipeline.owns_meter_provider:
+        if not forked or (manager._made_in == os.getpid() and manager.pipeline.owns_meter_provider):
             manager.shutdown(remaining)
         else:
             _RUNNING.pop(manager, None)

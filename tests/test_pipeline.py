@@ -247,6 +247,36 @@ def test_multiprocessing_children_forked_from_the_manager_export_their_spans(
     assert [p.value for p in points if p.name == catalog.KAOS_MEMORY_COMPACTIONS] == [1]  # the parent's
 
 
+def test_a_child_of_a_plain_fork_leaving_through_atexit_exports_its_spans_not_the_parents_metrics(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    """A child of ``os.fork()`` that ends its interpreter normally runs ``atexit``: the manager it
+    inherited sends the child's spans, but not the parent's metric totals, which the child holds
+    too and the parent exports (a backend would count them twice)."""
+    result = run_python(
+        """
+        import os, sys
+        from kaos_otel import KaosOtelManager
+
+        otel = KaosOtelManager("forked", bridge_logging=False)
+        otel.record_compaction("agent")  # the parent's, before the fork
+        pid = os.fork()
+        if pid == 0:
+            with otel.span("child"):
+                pass
+            sys.exit(0)  # through atexit, as a script's forked child ends
+        os.waitpid(pid, 0)
+        print("PARENT", otel.shutdown(5))
+        """,
+        clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.grpc_endpoint),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "PARENT True" in result.stdout, result.stdout
+    assert otlp_receiver.wait_for(lambda r: [s.name for s in r.spans()] == ["child"], 10)
+    points = otlp_receiver.metric_points()
+    assert [p.value for p in points if p.name == catalog.KAOS_MEMORY_COMPACTIONS] == [1]  # the parent's
+
+
 def test_a_manager_made_in_a_forked_pool_worker_exports_at_the_workers_end(
     otlp_receiver: OtlpReceiver,
 ) -> None:
