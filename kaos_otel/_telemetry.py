@@ -26,7 +26,7 @@ from kaos_otel import catalog
 from kaos_otel._config import enum_member, name_set
 from kaos_otel._content import ContentPolicy, policy_from_env, safe_str, to_attributes, to_log_value
 from kaos_otel._internal_log import internal_error, log_once
-from kaos_otel._metrics import METER_NAME, KaosMetrics, LabelBounds
+from kaos_otel._metrics import KAOS_METER_NAMES, METER_NAME, KaosMetrics, LabelBounds
 from kaos_otel._spans import (
     NOOP_HANDLE,
     EndCallback,
@@ -313,7 +313,10 @@ def telemetry_parts(
     # gets with ``meter_provider.get_meter(scope)`` (a second meter of the same name would
     # register its instruments as conflicting streams).
     tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(scope)
-    meter = (meter_provider or metrics.get_meter_provider()).get_meter(scope)
+    # the catalog's Views select kaos-otel's meters by name: instruments on a meter of any other
+    # scope would match none, and with metric_views()' last View be dropped
+    meter_name = scope if scope in KAOS_METER_NAMES else METER_NAME
+    meter = (meter_provider or metrics.get_meter_provider()).get_meter(meter_name)
     events = None
     if policy.capture.on_events:
         events = (logger_provider or get_logger_provider()).get_logger(scope)
@@ -357,7 +360,8 @@ class AgentTelemetry:
         value length limits). Python logging is not bridged: that is the host's logging handler's
         job. Build the meter provider with :func:`kaos_otel.metric_views` so the label contract holds,
         e.g. around a ``PrometheusMetricReader``. ``health`` adds ``kaos.telemetry.dropped``;
-        ``scope`` names the tracer and meter (an instrumentation's module, for instance);
+        ``scope`` names the tracer (an instrumentation's module, for instance; metrics stay on
+        kaos-otel's meter, which the catalog Views select);
         ``logger_provider`` receives the GenAI content events in the ``EVENT`` capture modes.
         """
         parts = telemetry_parts(

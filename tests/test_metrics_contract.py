@@ -17,8 +17,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kaos_otel import AgentTelemetry, KaosOtelManager, MemoryScope, MemoryTier, Outcome, catalog
+from kaos_otel import AgentTelemetry, KaosOtelManager, MemoryScope, MemoryTier, Outcome, catalog, metric_views
 from kaos_otel._metrics import LabelBounds
 from kaos_otel._metrics_summary import metrics_summary, render_metrics_summary
 from kaos_otel.catalog import MetricSpec
@@ -523,3 +528,27 @@ def test_the_metrics_summary_adds_up_delta_periods_of_every_meter() -> None:
     assert "kaos.memory.operations (counter, {operation})\n    agent  kaos.outcome=success  4\n" in (
         render_metrics_summary(points)
     )
+
+
+def test_helpers_on_a_tracer_scope_of_the_apps_own_record_their_metrics_through_the_catalog_views() -> None:
+    """``from_providers(scope=...)`` names the tracer; the metrics stay on kaos-otel's meter, which
+    the catalog Views select (on a meter of that scope, ``metric_views()`` dropped them all)."""
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader], views=metric_views(), shutdown_on_exit=False)
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider(shutdown_on_exit=False)
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    otel = AgentTelemetry.from_providers(tracer_provider, meter_provider, scope="myapp.agents")
+    with otel.invoke_agent("planner"):
+        pass
+    data = reader.get_metrics_data()
+    assert data is not None
+    names = {
+        metric.name
+        for resource_metrics in data.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        for metric in scope_metrics.metrics
+    }
+    assert catalog.KAOS_REQUESTS in names, names
+    (span,) = spans.get_finished_spans()
+    assert span.instrumentation_scope is not None and span.instrumentation_scope.name == "myapp.agents"
