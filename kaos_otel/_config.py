@@ -202,6 +202,8 @@ class TelemetrySettings:
         values.update(_checked_overrides(values))
         protocol = values.pop("protocol", None)
         endpoint = values.pop("endpoint", None) or None  # blank: as not given
+        if not values.get("service_name", "given").strip():  # blank: as not given (OTEL_SERVICE_NAME)
+            del values["service_name"]
         endpoints: dict[str, str] = {}
         protocols: dict[str, OtlpProtocol] = {}
         chosen = {
@@ -258,12 +260,21 @@ class TelemetrySettings:
 
 _WHOLE_OVERRIDES = ("metric_export_interval_ms", "span_schedule_delay_ms", "span_max_queue_size")
 _MAPPING_OVERRIDES = ("headers", "resource_attributes")
+_SWITCH_OVERRIDES = ("disabled", "console")
 
 
 def _checked_overrides(values: Mapping[str, object]) -> dict[str, object]:
     """The explicit overrides the exporters are given (sizes and milliseconds as whole numbers,
-    mappings as dicts); one no exporter could use is refused by name before anything is built."""
+    mappings as dicts); one no exporter could use is refused by name before anything is built, as
+    is a switch that is not a bool (``disabled="false"`` would turn telemetry off) and an endpoint
+    or service name that is not text."""
     checked: dict[str, object] = {}
+    for name in _SWITCH_OVERRIDES:
+        if name in values and not isinstance(values[name], bool):
+            raise TypeError(f"kaos-otel: {name} must be True or False, not {type(values[name]).__name__}")
+    for name in ("endpoint", "service_name"):
+        if name in values and not isinstance(values[name], str):
+            raise TypeError(f"kaos-otel: {name} must be a string, not {type(values[name]).__name__}")
     for name in (*_WHOLE_OVERRIDES, "export_timeout_s"):
         if name in values:
             checked[name] = _positive(name, values[name], whole=name in _WHOLE_OVERRIDES)

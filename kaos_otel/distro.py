@@ -15,7 +15,9 @@ not followed), and sets that variable to ``false`` unless the environment sets i
 that calls ``LoggingInstrumentor().instrument()`` itself. Its trace-context fields for log formats
 (``OTEL_PYTHON_LOG_CORRELATION``) are unaffected.
 
-The distro configures the process itself; kaos-otel ships no configurator entry point (with
+The distro configures the process from the ``OTEL_*`` variables; a declarative configuration
+file (``OTEL_CONFIG_FILE``, which the SDK's own configurator follows) is not read, and one warning
+says so. The distro configures the process itself; kaos-otel ships no configurator entry point (with
 ``OTEL_PYTHON_CONFIGURATOR`` unset, whichever configurator comes first runs, and when another
 distro is chosen that must stay its own). Once chosen, the distro sets
 ``OTEL_PYTHON_CONFIGURATOR=kaos`` (a name no configurator has) unless the environment sets it:
@@ -26,7 +28,8 @@ skipped. Once the configurators are loaded, the distro removes the ``OTEL_PYTHON
 set (an ``opentelemetry_pre_instrument`` entry point), so that a child process run under another
 distro (an MCP server over stdio, say) loads its own configurator. ``OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION``
 stays for the app's own code, and passes to child processes: a child under another distro that
-should bridge logging sets it to ``true``. Which distro is chosen, with both installed, depends on
+should bridge logging sets it to ``true``. A setup that fails (an ``OTEL_*`` value an exporter
+refuses) leaves both variables as it found them. Which distro is chosen, with both installed, depends on
 the install's layout: set ``OTEL_PYTHON_DISTRO=kaos``.
 """
 
@@ -73,11 +76,27 @@ class KaosDistro(BaseDistro):  # type: ignore[misc]
 
     def _configure(self, **kwargs: Any) -> None:
         global _configurator_set
-        os.environ.setdefault("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION", "false")  # see the module docstring
+        log_variable_set = "OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION" not in os.environ
+        if log_variable_set:  # see the module docstring
+            os.environ["OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION"] = "false"
         if "OTEL_PYTHON_CONFIGURATOR" not in os.environ:  # no other configurator runs after it
             os.environ["OTEL_PYTHON_CONFIGURATOR"] = _NO_CONFIGURATOR
             _configurator_set = True
-        configure(export_other_metrics=True)  # the process's telemetry: the app's metrics too
+        if os.environ.get("OTEL_CONFIG_FILE", "").strip():  # the SDK's configurator would follow it
+            log_once(
+                "distro-OTEL_CONFIG_FILE",
+                "kaos-otel: OTEL_CONFIG_FILE=%s is not followed: the kaos-otel distro configures "
+                "from the OTEL_* variables (unset it, or set OTEL_PYTHON_DISTRO to another distro)",
+                os.environ["OTEL_CONFIG_FILE"],
+                level=logging.WARNING,
+            )
+        try:
+            configure(export_other_metrics=True)  # the process's telemetry: the app's metrics too
+        except BaseException:  # opentelemetry-instrument stops here: no pre_instrument hook runs
+            restore_environment()
+            if log_variable_set and os.environ.get("OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION") == "false":
+                del os.environ["OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION"]
+            raise
 
     def load_instrumentor(self, entry_point: Any, **kwargs: Any) -> None:
         """Load an ``opentelemetry_instrumentor`` entry point; the logging one without its handler."""

@@ -926,3 +926,37 @@ def test_batch_settings_the_sdk_would_refuse_are_replaced_with_a_warning(
     assert "OTEL_BSP_SCHEDULE_DELAY='0' is not a positive integer; the default 5000 is used" in warnings
     assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE (512) is larger than OTEL_BSP_MAX_QUEUE_SIZE (100)" in warnings
     assert "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE='many' is not a positive integer" in warnings
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"disabled": "false"},
+        {"console": "false"},
+        {"disabled": 0},
+        {"endpoint": b"http://127.0.0.1:4318"},
+        {"service_name": 7},
+    ],
+)
+def test_a_switch_or_text_of_another_type_is_refused_by_name(override: dict[str, object]) -> None:
+    # disabled="false" read as truthy turned telemetry off; console="false" turned stdout on
+    (name,) = override
+    with pytest.raises(TypeError, match=f"kaos-otel: {name} must be"):
+        KaosOtelManager(global_providers=False, **override)  # type: ignore[arg-type]
+    on = KaosOtelManager("switches", global_providers=False, disabled=False, console=False)
+    try:
+        assert on.enabled and not on.settings.console
+    finally:
+        on.shutdown(5)
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_blank_service_name_keeps_the_environments(blank: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # KaosOtelManager(os.environ.get("AGENT_NAME", "")) exported as unknown_service:python
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    manager = KaosOtelManager(blank, global_providers=False)
+    try:
+        resource = manager.pipeline.tracer_provider.resource  # type: ignore[attr-defined]
+        assert resource.attributes["service.name"] == "from-env"
+    finally:
+        manager.shutdown(5)

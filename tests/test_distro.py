@@ -188,3 +188,30 @@ def test_no_other_installed_configurator_runs_after_the_kaos_distro(tmp_path: Pa
     )
     assert "other configurator ran" in chosen.stdout, chosen.stderr  # the environment's choice stands
     assert chosen.stdout.splitlines()[-1] == "configurator"  # and is left as it was
+
+
+def test_a_setup_that_fails_leaves_the_environment_as_it_found_it(tmp_path: Path) -> None:
+    """An ``OTEL_*`` value an exporter refuses stops ``opentelemetry-instrument`` before the
+    ``opentelemetry_pre_instrument`` hook: the variables the distro set must not stay behind
+    (a child process run under another distro would load no configurator)."""
+    code = (
+        "import os\nprint(os.environ.get('OTEL_PYTHON_CONFIGURATOR'), "
+        "os.environ.get('OTEL_PYTHON_LOG_AUTO_INSTRUMENTATION'))\n"
+    )
+    refused = {"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}  # the gRPC exporter raises for it
+    done = run_instrumented(tmp_path, code, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", **refused)
+    assert done.returncode == 0, done.stderr
+    assert "Failed to auto initialize OpenTelemetry" in done.stderr  # opentelemetry-instrument says why
+    assert done.stdout.split() == ["None", "None"], done.stdout
+
+
+def test_a_declarative_configuration_file_the_distro_does_not_read_is_named(tmp_path: Path) -> None:
+    """The SDK's configurator builds everything from ``OTEL_CONFIG_FILE`` when it is set; the
+    kaos-otel distro configures from the variables, and must not ignore the file in silence."""
+    done = run_instrumented(
+        tmp_path, "print('ran')\n", OTEL_CONFIG_FILE=str(tmp_path / "otel.yaml"), OTEL_TRACES_EXPORTER="none",
+        OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ran"
+    assert f"OTEL_CONFIG_FILE={tmp_path / 'otel.yaml'} is not followed" in done.stderr
