@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -41,9 +41,10 @@ from instrumented_agent.memory import (
     RelationalStore,
     Turn,
     parse_scope,
+    relational,
 )
-from instrumented_agent.memory.relational import Compaction, Summariser
-from instrumented_agent.memory.service import summarise
+from instrumented_agent.memory.relational import Compaction, Summariser, Summary, estimate_tokens
+from instrumented_agent.memory.service import Recall, summarise
 from instrumented_agent.server import TRACE_ID_HEADER
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import agent_spec, otlp_env
@@ -271,6 +272,34 @@ async def test_compaction_writes_summary_versions_and_records_metrics(
     _assert_no_ids_on_metrics(otlp_receiver)
 
 
+async def test_remembering_no_turn_writes_nothing_and_is_no_outage(
+    make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
+) -> None:
+    otel = _otel(make_otel)
+    memory = MemoryService("summariser", otel, RelationalStore("sqlite://"))
+    await memory.start()
+    owner = memory.owner("carol", "s1")
+    assert await memory.remember(owner, [Turn("user", "hello")])
+    assert await memory.remember(owner, []) is True
+    assert memory.relational.count_turns(owner, MemoryScope.SESSION) == 1
+    await memory.aclose()
+    otel.force_flush()
+    assert otlp_receiver.wait_for(lambda r: len(_memory_spans(r)) == 2, timeout=10)
+    assert {s.attributes[catalog.KAOS_OUTCOME] for s in _memory_spans(otlp_receiver)} == {"success"}
+
+
+@pytest.mark.parametrize("budget", [10, 40])
+def test_a_summary_of_which_no_word_fits_the_recall_is_left_out(budget: int) -> None:
+    """Recall cuts summaries to their newest part: one with no room left for a single word is
+    left out, not sent as a bare ``...`` that takes the room of the newest turn."""
+    newest = Summary("s2", 3, "recent " * 6)  # 15 estimated tokens
+    assert estimate_tokens(newest.content) == 15
+    turn = Turn("user", "hello there")
+    recalled = Recall((turn,), (newest, Summary("s1", 7, "older " * 400))).within(budget)
+    assert recalled.turns == (turn,)
+    assert all(s.content.removeprefix("... ").strip() for s in recalled.summaries), recalled.summaries
+
+
 @pytest.mark.parametrize(
     ("url", "said"),
     [
@@ -408,6 +437,25 @@ def test_a_turn_appended_during_a_compaction_is_folded_later(postgres: PostgresC
         store.compact(owner, 40, summarise)
     assert "late-turn" in store.summary_versions(owner)[-1].content
     store.dispose()
+
+
+def test_turns_forgotten_while_a_compaction_summarises_them_leave_no_summary(backend_url: str) -> None:
+    """A forget (another request, agent or process on the same database) that deletes the turns a
+    running compaction has read: the compaction writes no summary of them (nor hands them over
+    for long-term extraction), so nothing of the forgotten turns is left."""
+    store, other = RelationalStore(backend_url), RelationalStore(backend_url)
+    owner = Owner("summariser", "carol", "s1")
+    store.append(owner, [Turn("user", f"secret-{i}" + " word" * 20) for i in range(4)])
+
+    def forget_meanwhile(previous: str | None, folded: Sequence[Turn]) -> str:
+        assert other.delete_turns(owner, MemoryScope.SESSION) == 4
+        assert other.delete_summaries(owner, MemoryScope.SESSION) == 0
+        return summarise(previous, folded)
+
+    assert store.compact(owner, 40, forget_meanwhile) is None
+    assert store.summary_versions(owner) == [] and store.count_turns(owner, MemoryScope.SESSION) == 0
+    store.dispose()
+    other.dispose()
 
 
 # --- long-term tier (real mem0, offline) ---------------------------------------------------------
@@ -663,6 +711,32 @@ async def test_a_slow_long_term_store_holds_no_thread_of_the_relational_tiers(
 
 
 # --- a backend that goes down -------------------------------------------------------------------
+async def test_a_locked_postgres_table_degrades_memory_instead_of_hanging(
+    postgres: PostgresCluster, make_otel: Callable[..., KaosOtelManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session holding a lock on the memory tables (a migration, a VACUUM FULL): PostgreSQL
+    would wait for it forever, so each memory operation gives up after a bounded wait, as on a
+    locked SQLite file, and degrades; the memory works again once the lock is gone."""
+    monkeypatch.setattr(relational, "_LOCK_WAIT_S", 1)
+    name = f"kaos_{uuid.uuid4().hex[:12]}"
+    with postgres.connect() as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    memory = MemoryService("steady", _otel(make_otel), RelationalStore(postgres.url(name)))
+    await memory.start()
+    owner = memory.owner("frank", "s1")
+    assert await memory.remember(owner, [Turn("user", "before the lock")])
+    url = postgres.url(name).replace("postgresql+psycopg", "postgresql")
+    with psycopg.connect(url) as locker:
+        locker.execute("LOCK TABLE kaos_memory_turns, kaos_memory_summaries IN ACCESS EXCLUSIVE MODE")
+        assert await memory.remember(owner, [Turn("user", "during the lock")]) is False
+        assert (await memory.recall(owner, MemoryScope.SESSION, "")).degraded
+        locker.rollback()
+    assert await memory.remember(owner, [Turn("user", "after the lock")])
+    recalled = await memory.recall(owner, MemoryScope.SESSION, "")
+    assert [t.content for t in recalled.turns] == ["before the lock", "after the lock"]
+    await memory.aclose()
+
+
 async def test_postgres_outage_degrades_memory_then_recovers(
     postgres: PostgresCluster, make_otel: Callable[..., KaosOtelManager], otlp_receiver: OtlpReceiver
 ) -> None:

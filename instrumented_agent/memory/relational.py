@@ -118,6 +118,10 @@ class Summary:
     content: str
 
 
+class _FoldedElsewhere(Exception):
+    """Turns a compaction read were deleted (forgotten) or folded by another one before it wrote."""
+
+
 @dataclass(frozen=True)
 class Compaction:
     """What one compaction did: the summary version it wrote and the turns it folded into it."""
@@ -151,13 +155,18 @@ def parse_memory_url(url: str) -> URL:
     return parsed
 
 
+_LOCK_WAIT_S = 10
+"""How long a statement waits for a lock another connection holds before it fails (and its memory
+operation degrades), on either database."""
+
+
 def _engine(url: str) -> Engine:
     """An engine for ``url`` (:func:`parse_memory_url`); in-memory SQLite is one connection
     shared by every thread."""
     parsed = parse_memory_url(url)
     options: dict[str, Any] = {"pool_pre_ping": True}
     if parsed.get_backend_name() == "sqlite":
-        options["connect_args"] = {"check_same_thread": False, "timeout": 10}
+        options["connect_args"] = {"check_same_thread": False, "timeout": _LOCK_WAIT_S}
         if parsed.database in (None, "", ":memory:"):
             # no reconnecting: a new connection would be a new, empty database
             options |= {"poolclass": StaticPool, "pool_pre_ping": False}
@@ -168,7 +177,18 @@ def _engine(url: str) -> Engine:
     engine = create_engine(parsed, **options)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _overwrite_deleted_content)
+    else:
+        event.listen(engine, "connect", _bound_lock_waits)
     return engine
+
+
+def _bound_lock_waits(connection: Any, _: Any) -> None:
+    """PostgreSQL waits for a lock forever by default (a table another session locked would hang
+    every memory operation): at most :data:`_LOCK_WAIT_S`, as SQLite."""
+    cursor = connection.cursor()
+    cursor.execute(f"SET lock_timeout = {_LOCK_WAIT_S * 1000}")
+    cursor.close()
+    connection.commit()
 
 
 def _overwrite_deleted_content(connection: Any, _: Any) -> None:
@@ -222,9 +242,12 @@ class RelationalStore:
         self._engine.dispose()
 
     def append(self, owner: Owner, new_turns: Sequence[Turn]) -> int:
-        """Append turns to the session; returns the window size (tokens) after the append."""
+        """Append turns to the session; returns the window size (tokens) after the append (none
+        given: nothing is written)."""
         self.ensure_schema()
         with self._connection(transaction=True) as conn:
+            if not new_turns:  # an empty list would be one row of NULLs, refused
+                return self._window_tokens(conn, owner)
             conn.execute(
                 turns.insert(),
                 [
@@ -299,12 +322,13 @@ class RelationalStore:
 
         The newest turns that fit in half the budget stay in the window (at least the last one).
         When a concurrent compaction of the same session wrote this summary version first, it
-        folded these turns already: ``None``, nothing to do.
+        folded these turns already, and when a forget deleted them meanwhile no summary of them may
+        be written: ``None``, nothing to do.
         """
         self.ensure_schema()
         try:
             return self._compact(owner, budget, summarise)
-        except IntegrityError:  # uq_kaos_memory_summary_version: the other compaction won
+        except (IntegrityError, _FoldedElsewhere):  # the other compaction (or a forget) won
             return None
 
     def _compact(self, owner: Owner, budget: int, summarise: Summariser) -> Compaction | None:
@@ -345,7 +369,13 @@ class RelationalStore:
                 },
             ).scalar_one()
             # these turns only: one another request appended meanwhile may hold a lower id
-            conn.execute(update(turns).where(turns.c.id.in_([r.id for r in folded])).values(compacted=True))
+            marked = conn.execute(
+                update(turns)
+                .where(turns.c.id.in_([r.id for r in folded]), turns.c.compacted.is_(False))
+                .values(compacted=True)
+            ).rowcount
+            if marked != len(folded):  # forgotten (or folded) since they were read: roll back
+                raise _FoldedElsewhere
             return Compaction(summary_id, version, folded_turns, self._window_tokens(conn, owner))
 
     def delete_turns(self, owner: Owner, scope: MemoryScope) -> int:

@@ -101,7 +101,8 @@ class Recall:
 
 
 def _newest_part(text: str, tokens: int) -> str:
-    """The end of ``text``, at most ``tokens`` estimated tokens (``text`` itself if it fits)."""
+    """The end of ``text``, at most ``tokens`` estimated tokens (``text`` itself if it fits; empty
+    when not one word of it does: a bare marker would only take room from the turns)."""
     if estimate_tokens(text) <= tokens:
         return text
     marker = "... "
@@ -110,7 +111,7 @@ def _newest_part(text: str, tokens: int) -> str:
     words = tail.split()
     if len(words) + 1 > room:  # the marker is a word too
         tail = " ".join(words[len(words) - max(room - 1, 0) :])
-    return marker + tail if room else ""
+    return marker + tail if tail.strip() else ""
 
 
 @dataclass
