@@ -392,6 +392,8 @@ class Agent:
                 raise DelegationTimeoutError(f"{target} did not answer within {timeout:g} s") from exc
             except httpx.HTTPError as exc:
                 raise DelegationError(f"{target} unreachable: {type(exc).__name__}") from exc
+            except ValueError as exc:  # a body UTF-8 cannot hold: half an emoji in the model's task
+                raise DelegationError(f"the task for {target} cannot be sent: {type(exc).__name__}") from exc
             try:
                 payload = response.json()
                 if response.status_code != 200:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 from kaos_otel import MemoryScope
 
@@ -118,11 +119,11 @@ class AgentConfig:
             raise ConfigError("agent name is required")
         if not self.model_base_url:
             raise ConfigError("model base URL is required")
-        if self.max_steps < 1 or self.max_tool_calls < 0 or self.max_runtime_s <= 0:
+        if self.max_steps < 1 or self.max_tool_calls < 0 or not self.max_runtime_s > 0:  # NaN too
             raise ConfigError("budgets must be positive (max_steps >= 1, max_tool_calls >= 0, runtime > 0)")
         if self.delegation_timeout_s is not None and not 0 < self.delegation_timeout_s < self.max_runtime_s:
             raise ConfigError("the delegation timeout must be positive and shorter than the runtime budget")
-        if self.autonomous_interval_s <= 0:
+        if not self.autonomous_interval_s > 0:  # NaN too
             raise ConfigError("autonomous interval must be positive")
         if self.name in self.sub_agents:
             raise ConfigError(f"agent {self.name!r} cannot be its own sub-agent")
@@ -147,14 +148,29 @@ class AgentConfig:
 _DEFAULTS = AgentConfig(name="defaults", model_base_url="unset", model_name="unset")
 
 
+def _http_url(what: str, url: str) -> str:
+    """``url`` if it is an ``http://`` or ``https://`` URL with a host (``localhost:8000`` is not:
+    every call to it would fail); :class:`ConfigError` naming ``what`` otherwise (not the URL,
+    which may hold credentials)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # ValueError for a port that is no number or out of range
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # "http://[host" too
+        valid = False
+    if not valid:
+        raise ConfigError(f"{what} must be an http:// or https:// URL with a host")
+    return url
+
+
 def parse_sub_agents(value: str) -> dict[str, str]:
-    """Parse ``name=url,name=url`` into a mapping."""
+    """Parse ``name=url,name=url`` into a mapping (each URL ``http://`` or ``https://``)."""
     agents: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in value.split(","))):
         name, sep, url = item.partition("=")
         if not sep or not name.strip() or not url.strip():
             raise ConfigError(f"sub-agent must look like name=url, got {item!r}")
-        agents[name.strip()] = url.strip()
+        agents[name.strip()] = _http_url(f"the URL of sub-agent {name.strip()!r}", url.strip())
     return agents
 
 
@@ -261,16 +277,17 @@ def agent_config_from_args(args: argparse.Namespace, environ: Mapping[str, str] 
     """Build an :class:`AgentConfig` from parsed flags, falling back to ``environ``."""
     mcp = args.mcp_server if args.mcp_server is not None else environ.get(ENV_MCP_SERVERS, "").split(",")
     sub_agents = ",".join(args.sub_agent) if args.sub_agent is not None else environ.get(ENV_SUB_AGENTS, "")
+    model_url = _setting(args.model_url, environ, ENV_MODEL_BASE_URL, str, "")
     return AgentConfig(
         name=_setting(args.name, environ, ENV_NAME, str, ""),
-        model_base_url=_setting(args.model_url, environ, ENV_MODEL_BASE_URL, str, ""),
+        model_base_url=model_url and _http_url("the model base URL", model_url),
         model_name=_setting(args.model, environ, ENV_MODEL_NAME, str, "scripted"),
         instructions=_setting(args.instructions, environ, ENV_INSTRUCTIONS, str, _DEFAULTS.instructions),
         model_api_key=_api_key(args.model_key_file, environ),
         model_provider=_setting(
             args.model_provider, environ, ENV_MODEL_PROVIDER, str, _DEFAULTS.model_provider
         ),
-        mcp_servers=tuple(url.strip() for url in mcp if url.strip()),
+        mcp_servers=tuple(_http_url("an MCP server URL", url.strip()) for url in mcp if url.strip()),
         sub_agents=parse_sub_agents(sub_agents),
         max_steps=_setting(args.max_steps, environ, ENV_MAX_STEPS, int, _DEFAULTS.max_steps),
         max_tool_calls=_setting(

@@ -7,11 +7,10 @@ work starts, so one client cannot exhaust memory, the database or the model's co
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 
 from instrumented_agent.errors import AgentError
-from instrumented_agent.openai_api import ChatMessage, error_body
+from instrumented_agent.openai_api import LONE_SURROGATE, ChatMessage, error_body
 from kaos_otel.instrumentation.asgi import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
@@ -32,7 +31,6 @@ MAX_MESSAGES = 200
 MAX_MESSAGE_CHARS = 64 * 1024
 MAX_STORED_TURN_CHARS = 8 * 1024
 """A turn longer than this is stored cut (with a marker saying how much was cut)."""
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class RequestTooLargeError(AgentError):
@@ -50,17 +48,17 @@ class InvalidInputError(AgentError):
 
 
 def check_messages(messages: Sequence[ChatMessage]) -> None:
-    """Refuse no messages, too many or too long ones, and text that is not valid Unicode (lone
-    surrogates)."""
+    """Refuse no messages, too many or too long ones, and text that is not valid Unicode (a lone
+    surrogate anywhere in a message, its tool calls and other fields included: it cannot be sent
+    on to the model)."""
     if not messages:
         raise InvalidInputError("messages must hold at least one message")
     if len(messages) > MAX_MESSAGES:
         raise RequestTooLargeError(f"at most {MAX_MESSAGES} messages per request")
     for message in messages:
-        text = message.text()
-        if len(text) > MAX_MESSAGE_CHARS:
+        if len(message.text()) > MAX_MESSAGE_CHARS:
             raise RequestTooLargeError(f"a message may hold at most {MAX_MESSAGE_CHARS} characters")
-        if _SURROGATE.search(text):
+        if LONE_SURROGATE.search(json.dumps(message.model_dump(exclude_none=True), ensure_ascii=False)):
             raise InvalidInputError("message text is not valid Unicode (lone surrogate)")
 
 

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from instrumented_agent.errors import ModelError
 from instrumented_agent.openai_api import (
+    LONE_SURROGATE,
     ChatMessage,
     Completion,
     ToolCall,
@@ -60,14 +61,17 @@ class ModelClient:
         }
         if tools:
             body["tools"] = list(tools)
-        try:
-            if on_delta is None:
-                response = await self._http.post(self._url, json=body, headers=self._headers)
-                _raise_for_status(response, self._api_key)
-                return _parse_completion(response.json(), model)
+        if on_delta is not None:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-            async with self._http.stream("POST", self._url, json=body, headers=self._headers) as response:
+        content = _request_body(body)
+        headers = {**self._headers, "content-type": "application/json"}
+        try:
+            if on_delta is None:
+                response = await self._http.post(self._url, content=content, headers=headers)
+                _raise_for_status(response, self._api_key)
+                return _parse_completion(response.json(), model)
+            async with self._http.stream("POST", self._url, content=content, headers=headers) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     _raise_for_status(response, self._api_key)
@@ -76,6 +80,13 @@ class ModelClient:
             raise ModelError(f"model request failed: {type(exc).__name__}", type(exc).__name__) from exc
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
             raise ModelError(f"malformed model response: {type(exc).__name__}", "malformed_response") from exc
+
+
+def _request_body(body: dict[str, Any]) -> bytes:
+    """``body`` as UTF-8 JSON, each lone surrogate (from a tool result, a sub-agent's answer or a
+    tool's description, say) replaced by U+FFFD: UTF-8 cannot carry it, and the conversation must
+    still reach the model."""
+    return _valid_text(json.dumps(body, ensure_ascii=False, separators=(",", ":"))).encode()
 
 
 def _raise_for_status(response: httpx.Response, api_key: str | None) -> None:
@@ -110,6 +121,12 @@ def _delivered_whole(
     return completion
 
 
+def _valid_text(text: str) -> str:
+    """``text`` with each lone surrogate (half an emoji the endpoint escaped, then cut) replaced by
+    U+FFFD, as a UTF-8 decoder does: the answer stays, and it can be answered, sent on and stored."""
+    return LONE_SURROGATE.sub("\ufffd", text)
+
+
 def _parse_completion(body: dict[str, Any], model: str) -> Completion:
     choice = body["choices"][0]
     try:
@@ -117,6 +134,13 @@ def _parse_completion(body: dict[str, Any], model: str) -> Completion:
         usage = Usage.model_validate(body.get("usage") or {})
     except ValidationError as exc:
         raise ValueError(str(exc)) from exc
+    if isinstance(message.content, str):
+        message.content = _valid_text(message.content)
+    elif message.content is not None:
+        message.content = [
+            {**part, "text": _valid_text(part["text"])} if isinstance(part.get("text"), str) else part
+            for part in message.content
+        ]
     return Completion(
         id=str(body.get("id") or ""),  # "" when the API gave none: no id is made up
         model=str(body.get("model") or model),
@@ -124,6 +148,14 @@ def _parse_completion(body: dict[str, Any], model: str) -> Completion:
         finish_reason=str(choice.get("finish_reason") or "stop"),
         usage=usage,
     )
+
+
+def _delta_text(content: object) -> str:
+    """The text of a streamed content fragment: a string, or content parts (text parts joined, as
+    in a whole message); ``ValueError`` for anything else."""
+    if content is None or isinstance(content, str):
+        return _valid_text(content or "")
+    return _valid_text(ChatMessage.model_validate({"role": "assistant", "content": content}).text())
 
 
 async def _read_stream(
@@ -168,9 +200,10 @@ async def _read_stream(
             usage = Usage.model_validate(chunk["usage"])
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            if delta.get("content"):
-                content.append(delta["content"])
-                on_delta(delta["content"])
+            text = _delta_text(delta.get("content"))
+            if text:
+                content.append(text)
+                on_delta(text)
             for fragment in delta.get("tool_calls") or ():
                 index = fragment.get("index")
                 if isinstance(index, str) and index.isdigit():

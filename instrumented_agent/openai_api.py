@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "LONE_SURROGATE",
     "SSE_DONE",
     "ChatMessage",
     "ChatRequest",
@@ -31,6 +33,9 @@ __all__ = [
 ]
 
 SSE_DONE = "data: [DONE]\n\n"
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""Half a UTF-16 surrogate pair in a ``str`` (a JSON ``\\ud83d`` escape without its other half, as
+when an emoji is cut): not valid Unicode, so UTF-8 cannot carry it on."""
 
 
 class ToolFunction(BaseModel):

@@ -25,7 +25,7 @@ from instrumented_agent import server
 from instrumented_agent.agent import Agent, Identity, RunResult
 from instrumented_agent.config import DELEGATE_TOOL, USER_ID_HEADER, AgentConfig
 from instrumented_agent.demo import SCENARIOS, request_counts
-from instrumented_agent.errors import MalformedToolCallError, ToolError
+from instrumented_agent.errors import DelegationError, MalformedToolCallError, ToolError
 from instrumented_agent.mcp_client import McpTool, McpToolbox
 from instrumented_agent.model_client import DeltaSink, ModelClient
 from instrumented_agent.model_server import create_model_app
@@ -446,6 +446,30 @@ async def test_tool_call_arguments_that_are_no_json_object_fail_the_call_without
     assert otlp_receiver.wait_for(arrived, timeout=10)
 
 
+async def test_a_delegation_task_that_cannot_be_sent_is_a_delegation_error(
+    make_otel: Callable[..., KaosOtelManager],
+) -> None:
+    """Half an emoji in the model's task (a lone surrogate escape): a ``delegation_error`` and no
+    request to the sub-agent (before: a raw ``UnicodeEncodeError``, an ``internal error`` 500)."""
+    task = '{"agent": "helper", "task": "cut in half \\ud83d"}'
+    call = {"id": "call_1", "type": "function", "function": {"name": DELEGATE_TOOL, "arguments": task}}
+    model = _scripted(({"role": "assistant", "tool_calls": [call]}, "tool_calls"))
+    hosts: list[str] = []
+
+    def endpoint(request: httpx.Request) -> httpx.Response:
+        hosts.append(request.url.host)
+        return model(request)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as http:
+        agent = _in_process_agent(
+            make_otel(), http, _Toolbox(), sub_agents={"helper": "http://helper.invalid"}
+        )
+        with pytest.raises(DelegationError, match="the task for helper cannot be sent") as raised:
+            await agent.run([ChatMessage(role="user", content="hi")], Identity(user_id="u"))
+    assert (raised.value.status_code, raised.value.error_type) == (502, "delegation_error")
+    assert hosts == ["model.invalid"]
+
+
 @pytest.mark.parametrize("finish_reason", ["length", "content_filter", "stop", "tool_calls"])
 async def test_a_final_answer_keeps_the_finish_reason_that_says_it_is_cut_short(
     make_otel: Callable[..., KaosOtelManager], finish_reason: str
@@ -612,6 +636,42 @@ async def test_a_stream_the_server_cannot_start_cancels_its_run(
         assert otlp_receiver.wait_for(run_ended, timeout=5), "the run was never ended"
     (run,) = _named(otlp_receiver.spans(), "invoke_agent solo")
     assert run.attributes[catalog.KAOS_OUTCOME] == "canceled"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_half_an_emoji_in_the_models_answer_is_answered_as_a_replacement_character(
+    monkeypatch: pytest.MonkeyPatch, make_otel: Callable[..., KaosOtelManager], stream: bool
+) -> None:
+    """An answer cut in the middle of an escaped emoji (a lone ``\\ud83d``) is answered with
+    U+FFFD in its place (before: the run succeeded, then the answer could not be encoded, a
+    plain-text 500 ``Internal Server Error``)."""
+    message = b'{"role": "assistant", "content": "cut \\ud83d"}'
+    if stream:
+        body = b'data: {"choices": [{"index": 0, "delta": ' + message + b"}]}\n\ndata: [DONE]\n\n"
+    else:
+        body = b'{"choices": [{"index": 0, "message": ' + message + b', "finish_reason": "length"}]}'
+
+    class CutModel(ModelClient):
+        def __init__(self, base_url: str, http: httpx.AsyncClient, api_key: str | None = None) -> None:
+            transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+            super().__init__(base_url, httpx.AsyncClient(transport=transport), api_key)
+
+    monkeypatch.setattr(server, "ModelClient", CutModel)
+    app = server.create_agent_app(
+        AgentConfig(name="solo", model_base_url="http://model.invalid/v1", model_name="m"), make_otel()
+    )
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+            request = {"messages": [{"role": "user", "content": "hi"}], "stream": stream}
+            response = await client.post("/v1/chat/completions", json=request)
+    assert response.status_code == 200, response.text
+    if stream:
+        events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+        answer = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    else:
+        answer = response.json()["choices"][0]["message"]["content"]
+    assert answer == "cut \ufffd"
 
 
 async def test_each_autonomous_run_has_a_session_of_its_own(

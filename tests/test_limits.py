@@ -97,6 +97,24 @@ def test_invalid_unicode_is_a_400(running: Running) -> None:
         assert answer.json()["error"]["type"] == "invalid_request_error", answer.text
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        b'{"role": "user", "content": "hi", "name": "a\\ud800"}',
+        b'{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "\\udfff"}}]}',
+        b'{"role": "assistant", "tool_calls": '
+        b'[{"id": "c", "function": {"name": "x", "arguments": "\\ud800"}}]}',
+    ],
+)
+def test_invalid_unicode_anywhere_in_a_message_is_a_400(running: Running, message: bytes) -> None:
+    """A lone surrogate outside the text cannot be sent on to the model either: the client's 400
+    (before: a 502 ``malformed model response`` blamed on the model, and a failed model call)."""
+    body = b'{"model": "any", "messages": [' + message + b', {"role": "user", "content": "hi"}]}'
+    answer = _post(running.agent, body)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_token_estimate_does_not_depend_on_spaces() -> None:
     spaced, unspaced = " ".join(["word"] * 1000), "w" * 5000
     assert estimate_tokens(unspaced) >= 1000
@@ -340,6 +358,65 @@ async def test_a_stream_labelled_json_is_still_read_as_a_stream() -> None:
         client = ModelClient("http://model.invalid/v1", http, None)
         completion = await client.complete("m", [ChatMessage(role="user", content="hi")], (), deltas.append)
     assert (completion.message.content, deltas) == ("Hello", ["Hel", "lo"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_conversation_with_half_an_emoji_still_reaches_the_model(stream: bool) -> None:
+    """A tool result (or a tool's description) holding a lone surrogate is sent with U+FFFD in its
+    place (before: it could not be encoded, and the call failed as a ``malformed_response`` the
+    model never gave)."""
+    sent: list[dict[str, Any]] = []
+
+    def endpoint(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content.decode("utf-8")))
+        if stream:
+            return httpx.Response(200, content=b'data: {"choices": [{"delta": {"content": "ok"}}]}\n\n')
+        return httpx.Response(200, json={"choices": [{"message": {"role": "assistant", "content": "ok"}}]})
+
+    messages = [
+        ChatMessage(role="user", content="hi"),
+        ChatMessage(role="tool", tool_call_id="c", content="half \ud83d"),
+    ]
+    tools = [{"type": "function", "function": {"name": "echo", "description": "\udfff"}}]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint)) as http:
+        client = ModelClient("http://model.invalid/v1", http, None)
+        completion = await client.complete("m", messages, tools, (lambda text: None) if stream else None)
+    assert completion.message.content == "ok"
+    (body,) = sent
+    assert body["messages"][1]["content"] == "half \ufffd"
+    assert body["tools"][0]["function"]["description"] == "\ufffd"
+    assert body.get("stream", False) is stream
+
+
+@pytest.mark.parametrize(
+    ("fragments", "answer"),
+    [
+        (["Hel", [{"type": "text", "text": "lo"}, {"type": "thinking", "thinking": "hm"}]], "Hello"),
+        (["Hel", 5], None),
+        (["Hel", ["lo"]], None),
+    ],
+)
+async def test_streamed_content_is_text_or_text_parts_and_nothing_else_is_passed_on(
+    fragments: list[object], answer: str | None
+) -> None:
+    """Content parts in a delta (as some endpoints stream them) are passed on as their text; other
+    content is a malformed response before any of it reaches the client (before: parts were a
+    ``malformed_response`` and a number or a list went on to the answer's stream, which showed
+    ``internal error`` instead of the model's failure)."""
+    chunks = [{"choices": [{"index": 0, "delta": {"content": fragment}}]} for fragment in fragments]
+    body = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body.encode()))
+    deltas: list[object] = []
+    async with httpx.AsyncClient(transport=transport) as http:
+        client = ModelClient("http://model.invalid/v1", http, None)
+        messages = [ChatMessage(role="user", content="hi")]
+        if answer is None:
+            with pytest.raises(ModelError) as raised:
+                await client.complete("m", messages, (), deltas.append)
+            assert (raised.value.reason, deltas) == ("malformed_response", ["Hel"])
+        else:
+            completion = await client.complete("m", messages, (), deltas.append)
+            assert (completion.message.content, deltas) == (answer, ["Hel", "lo"])
 
 
 @pytest.mark.parametrize(
