@@ -221,17 +221,39 @@ _ARGUMENT_DEFAULTS = {
     if parameter.default is not inspect.Parameter.empty
 }
 """A manager's arguments as left out: a later ``configure()`` giving one of them asks for what applies."""
+_MANAGER_ARGUMENTS = frozenset({"redactor", "global_providers", "bridge_logging", "export_other_metrics"})
+"""The arguments :class:`TelemetrySettings` does not hold (the others it reads)."""
 _defaults_made = 0
+
+
+def _not_applied(applied: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
+    """The names of ``given`` whose effect differs from that of ``applied`` (the default manager's
+    arguments, defaults included): ``disabled=False`` where telemetry is on is what applies, as is
+    ``capture_content=True`` where ``"SPAN_AND_EVENT"`` was given. An argument no manager takes, or
+    one it refuses, differs."""
+    settings = {key: value for key, value in applied.items() if key not in _MANAGER_ARGUMENTS}
+
+    def same_effect(key: str) -> bool:
+        if key not in settings:
+            return False
+        try:  # both as the environment reads now
+            ours = TelemetrySettings.from_env(**{**settings, key: given[key]})
+            return ours == TelemetrySettings.from_env(**settings)
+        except (TypeError, ValueError):  # refused: certainly not what applies
+            return False
+
+    return sorted(key for key in given if applied.get(key, object()) != given[key] and not same_effect(key))
 
 
 def configure(**settings: Any) -> KaosOtelManager:
     """The process-wide default manager, created by the first call.
 
-    A later call with no arguments, or the same ones (an argument's default value is the same as
-    leaving it out), returns it. A later call with other
-    arguments cannot apply them (the global providers exist once per process): it logs a
-    warning naming them and returns the existing manager. Once that manager was shut down, a
-    call creates a new one (which says that the shut-down global providers cannot be replaced).
+    A later call with no arguments, or with arguments that change nothing it applies (the same
+    ones, an argument's default value, ``disabled=False`` where telemetry is on), returns it. A
+    later call with other arguments cannot apply them (the global providers exist once per
+    process): it logs a warning naming them and returns the existing manager. Once that manager
+    was shut down, a call creates a new one (which says that the shut-down global providers
+    cannot be replaced).
     """
     global _default, _default_settings, _defaults_made
     with _default_lock:
@@ -240,7 +262,7 @@ def configure(**settings: Any) -> KaosOtelManager:
             _default_settings = {**_ARGUMENT_DEFAULTS, **settings}  # what it applies, defaults included
             _defaults_made += 1
         else:
-            ignored = sorted(key for key in settings if _default_settings.get(key, object()) != settings[key])
+            ignored = _not_applied(_default_settings, settings)
             if ignored:  # the same arguments, or some of them, are what is already applied
                 log_once(  # once per set of names: a call per request must not log per request
                     f"configure-not-applied {_defaults_made} {ignored}",  # per default manager

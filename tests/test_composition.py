@@ -75,6 +75,32 @@ def test_configure_again_with_an_arguments_default_value_is_not_told_it_is_not_a
     assert [line.rsplit(": ", 1)[1] for line in warnings] == ["bridge_logging"], result.stderr
 
 
+def test_configure_again_with_arguments_changing_nothing_applied_is_not_told_they_are_not_applied() -> None:
+    """``disabled=False`` where telemetry is on, ``capture_content=True`` after ``"SPAN_AND_EVENT"``:
+    not the arguments given first, but what the default manager applies, so nothing is said."""
+    result = run_python(
+        """
+        import logging
+        import kaos_otel
+
+        logging.basicConfig(level=logging.WARNING)
+        first = kaos_otel.configure(bridge_logging=False, capture_content="SPAN_AND_EVENT")
+        assert first.enabled
+        same = {"disabled": False, "console": False, "capture_content": True, "trust": "Trusted"}
+        assert kaos_otel.configure(**same) is first
+        assert kaos_otel.configure(disabled=True, capture_content="SPAN_ONLY") is first  # said
+        assert kaos_otel.configure(span_max_queue_size=0) is first  # refused, so not applied: said
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "configure() was already called" in line]
+    assert [line.rsplit(": ", 1)[1] for line in warnings] == [
+        "capture_content, disabled",
+        "span_max_queue_size",
+    ], result.stderr
+
+
 def test_a_child_forked_while_another_thread_creates_the_default_can_configure() -> None:
     """A thread of the parent is inside ``configure()`` (building the manager) as the process
     forks: the child's own ``configure()`` returns (it waited for ever on the parent's lock)."""

@@ -960,3 +960,79 @@ def test_a_blank_service_name_keeps_the_environments(blank: str, monkeypatch: py
         assert resource.attributes["service.name"] == "from-env"
     finally:
         manager.shutdown(5)
+
+
+EXPLICIT_HEADERS = {"x-tenant": "explicit"}
+EXPLICIT_HEADERS_CASES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "base headers": (
+        {"OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=env,x-signal=base"},
+        {signal: "base" for signal in ALL_SIGNALS},
+    ),
+    "per-signal headers": (
+        {
+            "OTEL_EXPORTER_OTLP_HEADERS": "x-signal=base",
+            **{
+                f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS": f"X-Tenant=env, x-signal={signal}"
+                for signal in ALL_SIGNALS
+            },
+        },
+        {signal: signal for signal in ALL_SIGNALS},
+    ),
+}
+"""The variables' headers, and the ``x-signal`` each signal sends with them."""
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+@pytest.mark.parametrize("case", sorted(EXPLICIT_HEADERS_CASES))
+def test_explicit_headers_override_those_of_the_same_name_and_keep_the_others_over_both_protocols(
+    case: str, protocol: str, tls: Tls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``headers=`` replaces the variables' header of the same name and keeps the others (the
+    signal's variable, else the base), over gRPC as over HTTP (a manager given ``headers=`` lost
+    the variables' authorization header over gRPC only)."""
+    environ, signal_headers = EXPLICIT_HEADERS_CASES[case]
+    server: GrpcRecordingServer | RecordingServer
+    if protocol == "grpc":
+        server = GrpcRecordingServer(tls)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(tls.ca))
+    else:
+        server = RecordingServer()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    for name, value in {**environ, "OTEL_EXPORTER_OTLP_PROTOCOL": protocol}.items():
+        monkeypatch.setenv(name, value)
+    manager = KaosOtelManager(endpoint=server.endpoint, headers=EXPLICIT_HEADERS, global_providers=False)
+    try:
+        _record_on_manager(manager)
+        assert manager.force_flush(10)
+    finally:
+        manager.shutdown(5)
+        if isinstance(server, GrpcRecordingServer):
+            server.stop()
+        else:
+            server.shutdown()
+            server.server_close()
+    received = {
+        (request.path.rsplit("/", 1)[-1], request.headers["x-tenant"], request.headers["x-signal"])
+        for request in server.requests
+    }
+    assert received == {(signal, "explicit", signal_headers[signal]) for signal in ALL_SIGNALS}, received
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+@pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT"])
+def test_a_timeout_the_sdk_cannot_read_is_named_in_the_error(
+    variable: str, protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timeout variable that is not a number: where the plain SDK's exporter raises (gRPC), the
+    manager's error names the variable (it said only ``could not convert string to float``);
+    where the SDK reads it as its default, with a warning, so does the manager."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    monkeypatch.setenv(variable, "5s")
+    try:
+        (HttpMetricExporter if protocol == "http/protobuf" else GrpcMetricExporter)().shutdown()
+    except ValueError:
+        with pytest.raises(ValueError, match=f"kaos-otel: {variable}='5s' is not a number of seconds"):
+            KaosOtelManager(global_providers=False, bridge_logging=False)
+    else:
+        KaosOtelManager(global_providers=False, bridge_logging=False).shutdown(5)
