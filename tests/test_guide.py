@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from instrumented_agent.config import AgentConfig, add_agent_arguments
+from instrumented_agent.demo import _LIVE_AGENT_ARGS
 from kaos_otel import catalog
 from kaos_otel._trace_tree import render_trace_trees
 from kaos_otel.receiver import OtlpReceiver
@@ -221,6 +223,20 @@ def test_the_memory_page_states_the_agents_memory_flags() -> None:
         assert variable in str(options[flag].help), flag
         value = getattr(defaults, flag[2:].replace("-", "_"))
         assert default.strip("`") == ("off" if value in (None, False) else str(value)), flag
+
+
+def test_the_live_demo_pages_name_the_extra_its_long_term_memory_needs() -> None:
+    """Live traffic runs the agents with Mem0, which the ``agent`` extra does not install: without
+    it every request ends ``degraded``, so the pages that show the command install ``mem0`` too."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    assert "--memory-long-term" in _LIVE_AGENT_ARGS
+    assert not any("mem0" in requirement for requirement in extras["agent"])
+    (live,) = [b for b in guide_blocks(README.read_text(encoding="utf-8")) if "--duration" in b.code]
+    assert "pip install -e '.[agent,mem0]'" in live.code
+    page = (REPO / "docs" / "dashboards.md").read_text(encoding="utf-8")
+    (paragraph,) = [p for p in page.split("\n\n") if p.startswith("`--duration` keeps user requests flowing")]
+    assert "[agent,mem0]" in paragraph
 
 
 def _grafana_titles(dashboard: dict[str, Any]) -> set[str]:
