@@ -35,6 +35,7 @@ from instrumented_agent.errors import (
     UnknownAgentError,
     UnknownToolError,
 )
+from instrumented_agent.identity import SessionIssuer, agent_user_id
 from instrumented_agent.mcp_client import McpToolbox
 from instrumented_agent.memory import MemoryService, Turn, new_session_id
 from instrumented_agent.model_client import DeltaSink, ModelClient
@@ -59,9 +60,10 @@ class Identity:
     session_id: str = field(default_factory=new_session_id)
 
     @classmethod
-    def of_agent(cls, agent_name: str) -> Identity:
-        """The identity of a run the agent starts on its own (a new session each time)."""
-        return cls(user_id=f"agent:{agent_name}", self_initiated=True)
+    def of_agent(cls, agent_name: str, issuer: SessionIssuer) -> Identity:
+        """The identity of a run the agent starts on its own: a new session each time, issued
+        to the agent by ``issuer`` (its sub-agents accept ``agent:<name>`` only with one)."""
+        return cls(agent_user_id(agent_name), self_initiated=True, session_id=issuer.issue(agent_name))
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class RunResult:
     usage: Usage
     tools_unavailable: bool = False
     """Whether a model call of the run was not offered the tools of an MCP server not connected."""
+    stopped: str = ""
+    """Why a run stopped without a final answer (the budget's message, the end of ``content``)."""
 
 
 @contextmanager
@@ -153,6 +157,8 @@ class Agent:
     ) -> RunResult:
         """Run the loop for ``messages`` on behalf of ``identity``; raises :class:`AgentError` on failure.
 
+        The answer is everything the model says in the run, also alongside its tool calls (one
+        paragraph per model call); ``on_delta`` receives the same text as it is said.
         ``delegated`` says another agent asked for this run (its metrics then count it apart from
         user requests; self-initiated runs are counted as autonomous). ``deliver`` (streaming)
         hands the result over and waits, inside the run, until the client has it: a client that
@@ -189,7 +195,7 @@ class Agent:
                 raise BudgetExceededError(f"runtime budget of {config.max_runtime_s:g} s used up") from exc
             if result.outcome is not Outcome.SUCCESS:
                 run.set_outcome(result.outcome)
-                _log.warning("run ended without a final answer: %s", result.content)
+                _log.warning("run ended without a final answer: %s", result.stopped)
             elif not remembered:
                 run.set_outcome(Outcome.DEGRADED, "memory_unavailable")
                 _log.warning("run answered without part of its memory")
@@ -236,26 +242,28 @@ class Agent:
         usage = Usage()
         tool_calls = 0
         tools_unavailable = False
+        said = _Said(on_delta)
         for step in range(1, config.max_steps + 1):
             with self._otel.agent_step(run, step):
                 tools = self.tool_definitions()  # what the model may ask for in this step
                 tools_unavailable = tools_unavailable or bool(self._toolbox.pending)
-                completion = await self._call_model(conversation, tools, on_delta, conversation_id)
+                completion = await self._call_model(conversation, tools, said.sink(), conversation_id)
                 usage = _add_usage(usage, completion.usage)
                 conversation.append(completion.message)
+                said.add(completion.message.text())
                 if not completion.message.tool_calls:
                     reason = _answer_finish_reason(completion.finish_reason)
-                    text = completion.message.text()
-                    return RunResult(text, reason, Outcome.SUCCESS, step, usage, tools_unavailable)
+                    return RunResult(said.answer(), reason, Outcome.SUCCESS, step, usage, tools_unavailable)
                 for call in completion.message.tool_calls:
                     if tool_calls >= config.max_tool_calls:
-                        text = f"Stopped: tool-call budget of {config.max_tool_calls} used up."
-                        return _budget_result(text, step, usage, on_delta)
+                        return said.stop(
+                            f"Stopped: tool-call budget of {config.max_tool_calls} used up.", step, usage
+                        )
                     tool_calls += 1
                     result = await self._execute(call, identity, {t["function"]["name"] for t in tools})
                     conversation.append(ChatMessage(role="tool", tool_call_id=call.id, content=result))
-        text = f"Stopped: step budget of {config.max_steps} used up without a final answer."
-        return _budget_result(text, config.max_steps, usage, on_delta)
+        stop = f"Stopped: step budget of {config.max_steps} used up without a final answer."
+        return said.stop(stop, config.max_steps, usage)
 
     async def _call_model(
         self,
@@ -414,11 +422,54 @@ def _origin(identity: Identity, delegated: bool) -> RequestOrigin:
     return RequestOrigin.DELEGATED if delegated else RequestOrigin.USER
 
 
-def _budget_result(text: str, steps: int, usage: Usage, on_delta: DeltaSink | None) -> RunResult:
-    """The result of a run stopped by its step or tool-call budget (streamed like an answer)."""
-    if on_delta is not None:
-        on_delta(text)
-    return RunResult(text, "length", Outcome.MAX_STEPS, steps, usage)
+class _Said:
+    """What the agent says in a run, which is its answer: the text of each model call (what the
+    model says alongside its tool calls too) and a budget's stop message, one paragraph each.
+
+    Streamed or not, the answer is the same: with ``on_delta`` the paragraphs are streamed as
+    they come (a blank line before each after the first), so a streaming client sees what the
+    model says before a tool call as soon as it is said, and then the rest of the same answer.
+    """
+
+    _BREAK = "\n\n"
+
+    def __init__(self, on_delta: DeltaSink | None) -> None:
+        self._on_delta = on_delta
+        self._paragraphs: list[str] = []
+
+    def sink(self) -> DeltaSink | None:
+        """Where the next model call streams its text (``None``: the run does not stream)."""
+        on_delta = self._on_delta
+        if on_delta is None:
+            return None
+        opened = False
+
+        def sink(text: str) -> None:
+            nonlocal opened
+            if not opened and self._paragraphs:
+                on_delta(self._BREAK)
+            opened = True
+            on_delta(text)
+
+        return sink
+
+    def add(self, text: str) -> None:
+        """The whole text of a model call (streamed already, if streaming)."""
+        if text:
+            self._paragraphs.append(text)
+
+    def stop(self, stop: str, steps: int, usage: Usage) -> RunResult:
+        """The result of a run stopped by a budget: ``stop`` (its message) said last, streamed
+        at once if streaming."""
+        sink = self.sink()
+        if sink is not None:
+            sink(stop)
+        self.add(stop)
+        return RunResult(self.answer(), "length", Outcome.MAX_STEPS, steps, usage, stopped=stop)
+
+    def answer(self) -> str:
+        """Everything said, one paragraph per model call."""
+        return self._BREAK.join(self._paragraphs)
 
 
 def _answer_finish_reason(model_reason: str) -> str:

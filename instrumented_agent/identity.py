@@ -6,7 +6,10 @@ callers it does not know. ``x-kaos-session-id`` and ``x-kaos-memory-scope`` may 
 client. A request without a user id is anonymous: its memory is one session, whose id the server
 issues (unguessable, signed with the system's session key, returned in ``x-kaos-session-id``);
 an anonymous request naming a session the system did not issue is refused. A repeated identity
-header, a reserved user id (``:...`` or ``agent:...``, the agents' own) or a malformed id is a 400.
+header, a reserved user id (``:...`` or ``agent:...``, the agents' own) or a malformed id is a 400;
+the one exception is an agent's own identity on its autonomous runs' delegations: ``agent:<name>``
+with a session the system issued to that agent (:meth:`SessionIssuer.issue` with ``agent``), which
+no client can make without the session key.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "IDENTITY_HEADERS",
     "IdentityError",
     "SessionIssuer",
+    "agent_user_id",
     "identity_values",
 ]
 
@@ -38,7 +42,9 @@ ENV_SESSION_KEY = "KAOS_SESSION_KEY"
 """Key signing anonymous session ids; the same for every agent of a system (random if unset)."""
 
 IDENTITY_HEADERS = (USER_ID_HEADER, SESSION_ID_HEADER, MEMORY_SCOPE_HEADER, DELEGATED_BY_HEADER)
-RESERVED_USER_PREFIXES = (":", "agent:")
+AGENT_USER_PREFIX = "agent:"
+"""The user id of an agent's autonomous runs: ``agent:<name>``."""
+RESERVED_USER_PREFIXES = (":", AGENT_USER_PREFIX)
 """User ids no gateway may issue: the anonymous key and the agents' own identities."""
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+=:|/-]{0,127}")
 
@@ -62,23 +68,40 @@ class SessionIssuer:
         configured = environ.get(ENV_SESSION_KEY, "")
         return cls(configured.encode() if configured else secrets.token_bytes(32))
 
-    def _mac(self, nonce: str) -> str:
-        return hmac.new(self._key, nonce.encode(), hashlib.sha256).hexdigest()[:32]
+    def _mac(self, nonce: str, agent: str | None) -> str:
+        message = nonce if agent is None else f"{agent_user_id(agent)}\n{nonce}"  # no nonce has a \n
+        return hmac.new(self._key, message.encode(), hashlib.sha256).hexdigest()[:32]
 
-    def issue(self) -> str:
-        """A new anonymous session id."""
+    def issue(self, agent: str | None = None) -> str:
+        """A new anonymous session id, or (``agent``) one of that agent's autonomous runs."""
         nonce = secrets.token_hex(16)
-        return f"anon-{nonce}-{self._mac(nonce)}"
+        return f"{'anon' if agent is None else 'auto'}-{nonce}-{self._mac(nonce, agent)}"
 
-    def issued(self, session_id: str) -> bool:
-        """Whether ``session_id`` is one this system issued."""
+    def issued(self, session_id: str, agent: str | None = None) -> bool:
+        """Whether ``session_id`` is an anonymous one (or, with ``agent``, one of that agent's)
+        this system issued."""
         prefix, _, rest = session_id.partition("-")
         nonce, _, mac = rest.partition("-")
-        return prefix == "anon" and len(nonce) == 32 and hmac.compare_digest(mac, self._mac(nonce))
+        return (
+            prefix == ("anon" if agent is None else "auto")
+            and len(nonce) == 32
+            and mac.isascii()  # compare_digest refuses other text (a header is Latin-1)
+            and hmac.compare_digest(mac, self._mac(nonce, agent))
+        )
 
 
-def identity_values(headers: Sequence[tuple[str, str]]) -> dict[str, str]:
-    """The identity headers of a request (lower-case names), each at most once; checked ids."""
+def agent_user_id(agent: str) -> str:
+    """The user id of ``agent``'s autonomous runs."""
+    return f"{AGENT_USER_PREFIX}{agent}"
+
+
+def identity_values(
+    headers: Sequence[tuple[str, str]], issuer: SessionIssuer | None = None
+) -> dict[str, str]:
+    """The identity headers of a request (lower-case names), each at most once; checked ids.
+
+    ``agent:<name>`` is accepted only with a session ``issuer`` issued to that agent (an
+    autonomous run's delegation); other reserved ids never are."""
     values: dict[str, str] = {}
     for name, value in headers:
         key = name.lower()
@@ -89,7 +112,7 @@ def identity_values(headers: Sequence[tuple[str, str]]) -> dict[str, str]:
         values[key] = value
     user = values.get(USER_ID_HEADER)
     if user is not None and user != "":
-        if user.startswith(RESERVED_USER_PREFIXES):
+        if user.startswith(RESERVED_USER_PREFIXES) and not _agents_own(user, values, issuer):
             raise IdentityError(f"the {USER_ID_HEADER} value is reserved")
         if not _ID.fullmatch(user):
             raise IdentityError(f"the {USER_ID_HEADER} value is malformed")
@@ -97,3 +120,10 @@ def identity_values(headers: Sequence[tuple[str, str]]) -> dict[str, str]:
     if session and not _ID.fullmatch(session):
         raise IdentityError(f"the {SESSION_ID_HEADER} value is malformed")
     return values
+
+
+def _agents_own(user: str, values: Mapping[str, str], issuer: SessionIssuer | None) -> bool:
+    """Whether ``user`` is an agent's identity with a session issued to that agent."""
+    agent = user.removeprefix(AGENT_USER_PREFIX)
+    session = values.get(SESSION_ID_HEADER, "")
+    return issuer is not None and agent != user and issuer.issued(session, agent)

@@ -158,6 +158,13 @@ def _delta_text(content: object) -> str:
     return _valid_text(ChatMessage.model_validate({"role": "assistant", "content": content}).text())
 
 
+def _name_so_far(name: str, fragment: str) -> str:
+    """A streamed tool call's name with its next ``fragment``: OpenAI sends the name once, some
+    servers in pieces (Gemini), others whole in every fragment (Anthropic's and MiniMax's
+    OpenAI-compatible APIs), so a fragment that repeats the whole name so far adds nothing."""
+    return name if fragment == name else name + fragment
+
+
 async def _read_stream(
     response: httpx.Response,
     model: str,
@@ -212,9 +219,9 @@ async def _read_stream(
                 call = calls.setdefault(last_call, {"id": "", "name": "", "arguments": ""})
                 function = fragment.get("function") or {}
                 call["id"] = fragment.get("id") or call["id"]
-                call["name"] += function.get("name") or ""
+                call["name"] = _name_so_far(call["name"], function.get("name") or "")
                 call["arguments"] += function.get("arguments") or ""
-            finish_reason = choice.get("finish_reason") or finish_reason
+            finish_reason = str(choice.get("finish_reason") or finish_reason)
     if whole is not None:  # no event at all: an answer in one body, or nothing usable (ValueError)
         completion = _parse_completion(json.loads("\n".join(whole)), model)
         return _delivered_whole(completion, on_delta, on_first_chunk)

@@ -8,8 +8,13 @@ delegation calls for no one; the run and the server span end ``canceled``, statu
 model and delegation requests carry ``traceparent`` through an httpx request hook, without extra
 HTTP client spans: the ``chat`` and delegation spans are the client spans.
 
+Streaming: the streamed content is the answer a non-streaming request gets, streamed as it is said
+(what the model says alongside a tool call comes first, a paragraph of the answer; see
+:meth:`~instrumented_agent.agent.Agent.run`).
+
 Identity: the user id comes only from the :data:`~instrumented_agent.config.USER_ID_HEADER` header
-that a trusted gateway sets, never from the body or the model; autonomous runs use the agent's own.
+that a trusted gateway sets, never from the body or the model; autonomous runs use the agent's own
+(``agent:<name>``, passed on to sub-agents with a session issued to the agent, as only agents can).
 The session comes from :data:`~instrumented_agent.config.SESSION_ID_HEADER` (generated when absent
 and returned in the response headers); anonymous requests get session scope only, in a session the
 server issued (:mod:`instrumented_agent.identity` has the gateway contract).
@@ -47,7 +52,7 @@ from instrumented_agent.config import (
 )
 from instrumented_agent.errors import AgentError
 from instrumented_agent.faults import DOWN_AGENT, Fault, FaultSwitch
-from instrumented_agent.identity import IdentityError, SessionIssuer, identity_values
+from instrumented_agent.identity import AGENT_USER_PREFIX, IdentityError, SessionIssuer, identity_values
 from instrumented_agent.limits import BodyLimitMiddleware, InvalidInputError, check_messages
 from instrumented_agent.mcp_client import McpToolbox
 from instrumented_agent.memory import (
@@ -109,11 +114,13 @@ _AUTONOMOUS_TOOLS_WAIT_S = 30.0
 before it goes on without their tools (and ends ``degraded``)."""
 
 
-async def _autonomous_loop(agent: Agent, toolbox: McpToolbox, goal: str, interval_s: float) -> None:
+async def _autonomous_loop(
+    agent: Agent, toolbox: McpToolbox, goal: str, interval_s: float, issuer: SessionIssuer
+) -> None:
     """Run ``goal`` every ``interval_s`` seconds with the agent's own identity, each in a new trace
-    and a new session."""
+    and a new session (issued to the agent, so its sub-agents accept the identity)."""
     while True:
-        identity = Identity.of_agent(agent.name)
+        identity = Identity.of_agent(agent.name, issuer)
         await toolbox.wait_until_ready(_AUTONOMOUS_TOOLS_WAIT_S)
         try:
             await agent.run([ChatMessage(role="user", content=goal)], identity)
@@ -328,7 +335,9 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
             toolbox.start()
             autonomous = (
                 asyncio.create_task(
-                    _autonomous_loop(agent, toolbox, config.autonomous_goal, config.autonomous_interval_s)
+                    _autonomous_loop(
+                        agent, toolbox, config.autonomous_goal, config.autonomous_interval_s, issuer
+                    )
                 )
                 if config.autonomous_goal
                 else None
@@ -422,10 +431,12 @@ def create_agent_app(config: AgentConfig, otel: KaosOtelManager) -> FastAPI:
 def _identity(request: Request, issuer: SessionIssuer) -> tuple[Identity, MemoryScope]:
     """Who the request acts for and its memory scope, by the gateway contract (:mod:`.identity`)."""
     raw = [(key.decode("latin-1"), value.decode("latin-1")) for key, value in request.headers.raw]
-    values = identity_values(raw)
+    values = identity_values(raw, issuer)
     user_id = values.get(USER_ID_HEADER) or None
     session_id = values.get(SESSION_ID_HEADER) or None
     scope = parse_scope(values.get(MEMORY_SCOPE_HEADER))
+    if user_id is not None and user_id.startswith(AGENT_USER_PREFIX) and scope is not MemoryScope.SESSION:
+        raise MemoryScopeError("an agent's autonomous runs have the session scope only")
     if user_id is None:
         if session_id is not None and not issuer.issued(session_id):
             raise IdentityError(

@@ -23,13 +23,20 @@ from starlette.types import Message
 
 from instrumented_agent import server
 from instrumented_agent.agent import Agent, Identity, RunResult
-from instrumented_agent.config import DELEGATE_TOOL, USER_ID_HEADER, AgentConfig
+from instrumented_agent.config import (
+    DELEGATE_TOOL,
+    MEMORY_SCOPE_HEADER,
+    SESSION_ID_HEADER,
+    USER_ID_HEADER,
+    AgentConfig,
+)
 from instrumented_agent.demo import SCENARIOS, request_counts
 from instrumented_agent.errors import DelegationError, MalformedToolCallError, ToolError
+from instrumented_agent.identity import ENV_SESSION_KEY, IdentityError, SessionIssuer, identity_values
 from instrumented_agent.mcp_client import McpTool, McpToolbox
 from instrumented_agent.model_client import DeltaSink, ModelClient
 from instrumented_agent.model_server import create_model_app
-from instrumented_agent.openai_api import ChatMessage, Completion, Usage
+from instrumented_agent.openai_api import ChatMessage, Completion, Usage, completion_chunks
 from instrumented_agent.server import TRACE_ID_HEADER, _trace_headers, _unless_disconnected
 from instrumented_agent.supervisor import ServiceSpec, Supervisor
 from instrumented_agent.system import System, agent_spec, otlp_env, start_system
@@ -694,13 +701,15 @@ async def test_each_autonomous_run_has_a_session_of_its_own(
             McpToolbox([]),
             http,
         )
-        loop = asyncio.ensure_future(server._autonomous_loop(agent, McpToolbox([]), "Check.", 0.01))
+        issuer = SessionIssuer(b"key")
+        loop = asyncio.ensure_future(server._autonomous_loop(agent, McpToolbox([]), "Check.", 0.01, issuer))
         while len(identities) < 3:
             await asyncio.sleep(0.01)
         loop.cancel()
         await asyncio.wait({loop})
     assert {i.user_id for i in identities} == {"agent:solo"}
     assert len({i.session_id for i in identities}) == len(identities)
+    assert all(issuer.issued(i.session_id, "solo") for i in identities)
 
 
 async def test_a_tool_whose_server_went_away_after_the_model_call_is_a_tool_error(
@@ -730,3 +739,182 @@ async def test_a_tool_whose_server_went_away_after_the_model_call_is_a_tool_erro
         agent = _in_process_agent(make_otel(), http, toolbox)
         with pytest.raises(ToolError, match="no connected MCP server offers tool 'echo'"):
             await agent.run([ChatMessage(role="user", content="hi")], Identity(user_id="u"))
+
+
+class _Routes(httpx.AsyncBaseTransport):
+    """Requests to each host answered by that host's transport."""
+
+    def __init__(self, routes: dict[str, httpx.AsyncBaseTransport]) -> None:
+        self.routes = routes
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.routes[request.url.host].handle_async_request(request)
+
+
+async def test_an_autonomous_run_can_delegate_with_its_own_identity(
+    monkeypatch: pytest.MonkeyPatch, make_otel: Callable[..., KaosOtelManager]
+) -> None:
+    """The sub-agent accepts ``agent:solo`` with a session issued to ``solo`` (before: every
+    delegation of an autonomous run was refused, 400 ``reserved``)."""
+    monkeypatch.setenv(ENV_SESSION_KEY, "shared-key")
+    monkeypatch.setattr(server, "ModelClient", _OneChunkModel)
+    otel = make_otel()
+    helper = server.create_agent_app(
+        AgentConfig(name="helper", model_base_url="http://model.invalid/v1", model_name="m"), otel
+    )
+    task = json.dumps({"agent": "helper", "task": "Say hello."})
+    call = {"id": "call_1", "type": "function", "function": {"name": DELEGATE_TOOL, "arguments": task}}
+    scripted = _scripted(({"role": "assistant", "tool_calls": [call]}, "tool_calls"))
+    tool_results: list[str] = []
+
+    def model(request: httpx.Request) -> httpx.Response:
+        messages = json.loads(request.content)["messages"]
+        tool_results.extend(m["content"] for m in messages if m["role"] == "tool")
+        return scripted(request)
+
+    routes = {"model.invalid": httpx.MockTransport(model), "helper": httpx.ASGITransport(app=helper)}
+    async with helper.router.lifespan_context(helper), httpx.AsyncClient(transport=_Routes(routes)) as http:
+        agent = _in_process_agent(otel, http, _Toolbox(), sub_agents={"helper": "http://helper"})
+        identity = Identity.of_agent("solo", SessionIssuer.from_env())
+        result = await agent.run([ChatMessage(role="user", content="Check.")], identity)
+        headers = {USER_ID_HEADER: "agent:solo", SESSION_ID_HEADER: identity.session_id}
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        for scope, status in (("session", 200), ("user", 403)):
+            answer = await http.post(
+                "http://helper/v1/chat/completions",
+                json=body,
+                headers={**headers, MEMORY_SCOPE_HEADER: scope},
+            )
+            assert answer.status_code == status, answer.text
+    assert (result.content, tool_results) == ("done", ["Hello."])
+
+
+def test_no_client_can_claim_an_agents_identity() -> None:
+    """Only a session issued to that very agent goes with ``agent:<name>``, and only at session
+    scope: an anonymous session, another agent's, a forged one or none is still a 400."""
+    issuer, other = SessionIssuer(b"key"), SessionIssuer(b"another key")
+    own = issuer.issue("keeper")
+    assert identity_values([(USER_ID_HEADER, "agent:keeper"), (SESSION_ID_HEADER, own)], issuer)
+    nonce = own.split("-")[1]
+    for session in (
+        None,
+        issuer.issue(),
+        issuer.issue("sentinel"),
+        other.issue("keeper"),
+        f"anon-{nonce}-{own.split('-')[2]}",
+        f"auto-{nonce}-{'0' * 32}",
+        f"auto-{nonce}-\u00e9",
+    ):
+        headers = [(USER_ID_HEADER, "agent:keeper")] + ([(SESSION_ID_HEADER, session)] if session else [])
+        with pytest.raises(IdentityError, match="reserved"):
+            identity_values(headers, issuer)
+    assert not issuer.issued(own)  # nor is it an anonymous session
+    with pytest.raises(IdentityError, match="reserved"):
+        identity_values([(USER_ID_HEADER, "agent:keeper"), (SESSION_ID_HEADER, own)])
+    with pytest.raises(IdentityError, match="reserved"):
+        identity_values([(USER_ID_HEADER, ":keeper"), (SESSION_ID_HEADER, own)], issuer)
+
+
+def _sse_model(*chunks: dict[str, Any]) -> httpx.MockTransport:
+    """A model endpoint streaming ``chunks``, then ``[DONE]``."""
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    headers = {"content-type": "text/event-stream"}
+    return httpx.MockTransport(lambda request: httpx.Response(200, content=body.encode(), headers=headers))
+
+
+@pytest.mark.parametrize(
+    "names",
+    [["echo", None, None], ["ec", "ho", None], ["echo", "echo", "echo"]],
+    ids=["once", "in-pieces", "repeated"],
+)
+async def test_a_streamed_tool_call_name_is_the_name_however_the_server_sends_it(
+    names: list[str | None],
+) -> None:
+    """OpenAI sends the name in the first fragment only, Gemini in pieces, Anthropic's and
+    MiniMax's compatible APIs whole in every fragment (before: ``echoechoecho``, an unknown tool)."""
+    arguments = ['{"message"', ': "hi"', "}"]
+    fragments = [
+        {"index": 0, "function": {"arguments": part, **({"name": name} if name else {})}}
+        for name, part in zip(names, arguments, strict=True)
+    ]
+    fragments[0]["id"] = "call_1"
+    chunks = [{"choices": [{"index": 0, "delta": {"tool_calls": [f]}}]} for f in fragments]
+    async with httpx.AsyncClient(transport=_sse_model(*chunks)) as http:
+        model = ModelClient("http://model.invalid/v1", http)
+        completion = await model.complete("m", [], on_delta=lambda text: None)
+    (call,) = completion.message.tool_calls or []
+    assert (call.id, call.function.name, call.arguments_object()) == ("call_1", "echo", {"message": "hi"})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_finish_reason_that_is_no_string_is_read_as_text_streamed_or_not(stream: bool) -> None:
+    """As the whole-body path already did (before: a streamed ``1`` stayed an int, and telemetry
+    dropped the finish reasons of the call)."""
+    if stream:
+        transport = _sse_model({"choices": [{"index": 0, "delta": {"content": "Hi."}, "finish_reason": 1}]})
+    else:
+        choice = {"index": 0, "message": {"role": "assistant", "content": "Hi."}, "finish_reason": 1}
+        transport = httpx.MockTransport(lambda request: httpx.Response(200, json={"choices": [choice]}))
+    async with httpx.AsyncClient(transport=transport) as http:
+        on_delta = (lambda text: None) if stream else None
+        completion = await ModelClient("http://model.invalid/v1", http).complete("m", [], on_delta=on_delta)
+    assert (completion.message.text(), completion.finish_reason) == ("Hi.", "1")
+
+
+def _scripted_either(*replies: tuple[dict[str, Any], str]) -> Callable[[httpx.Request], httpx.Response]:
+    """:func:`_scripted`, streamed (as SSE) to a request that asks for a stream."""
+    whole = _scripted(*replies)
+
+    def endpoint(request: httpx.Request) -> httpx.Response:
+        response = whole(request)
+        if not json.loads(request.content).get("stream"):
+            return response
+        body = response.json()
+        choice = body["choices"][0]
+        message = ChatMessage.model_validate(choice["message"])
+        completion = Completion(body["id"], body["model"], message, choice["finish_reason"], Usage())
+        return httpx.Response(200, content="".join(completion_chunks(completion, include_usage=False)))
+
+    return endpoint
+
+
+@pytest.mark.parametrize("max_tool_calls", [8, 1])
+async def test_a_streamed_answer_is_the_answer_with_what_the_model_said_before_its_tool_calls(
+    make_otel: Callable[..., KaosOtelManager], caplog: pytest.LogCaptureFixture, max_tool_calls: int
+) -> None:
+    """What the model says alongside its tool calls is part of the answer, streamed or not, one
+    paragraph per model call (before: streamed, but missing from the answer of a non-streaming
+    request, and run together with the answer in the stream); the log line of a stopped run
+    names the budget, not what the model said."""
+    calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+        for i in (1, 2)
+    ]
+    replies = (
+        ({"role": "assistant", "content": "Let me search.", "tool_calls": calls[:1]}, "tool_calls"),
+        ({"role": "assistant", "tool_calls": calls[1:]}, "tool_calls"),
+        ({"role": "assistant", "content": "Found it."}, "stop"),
+    )
+    answers, streamed = [], []
+    for stream in (False, True):
+        deltas: list[str] = []
+        async with httpx.AsyncClient(transport=httpx.MockTransport(_scripted_either(*replies))) as http:
+            agent = _in_process_agent(make_otel(), http, _Toolbox(), max_tool_calls=max_tool_calls)
+            result = await agent.run(
+                [ChatMessage(role="user", content="hi")],
+                Identity(user_id="u"),
+                on_delta=deltas.append if stream else None,
+            )
+        answers.append(result.content)
+        streamed += ["".join(deltas)] if stream else []
+    expected = (
+        "Let me search.\n\nFound it."
+        if max_tool_calls == 8
+        else "Let me search.\n\nStopped: tool-call budget of 1 used up."
+    )
+    assert answers == [expected, expected]
+    assert streamed == [expected]
+    stopped = [r.getMessage() for r in caplog.records if "without a final answer" in r.getMessage()]
+    assert stopped == (
+        [] if max_tool_calls == 8 else [f"run ended without a final answer: {expected[16:]}"] * 2
+    )
