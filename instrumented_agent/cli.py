@@ -215,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ListenError as exc:
         print(f"kaos-agent: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C before the command handles it itself (while importing, say)
+        print("kaos-agent: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # whoever read the output went away (`| head`): everything is stopped
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

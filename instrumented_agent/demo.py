@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from instrumented_agent import config
 from instrumented_agent.config import USER_ID_HEADER
 from instrumented_agent.faults import ENV_FAULTS_FILE, FaultSwitch
 from instrumented_agent.live import LiveReport, LiveTraffic, describe, run_live
@@ -181,15 +182,20 @@ def run_demo(
     """
     out = _Output(json_mode)
     workdir = (workdir or _default_workdir()).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
+    telemetry_file = workdir / "telemetry.otlp.jsonl"
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        telemetry_file.unlink(missing_ok=True)  # the receiver appends: a reused workdir's old run
+    except OSError as exc:
+        print(f"kaos-agent demo: error: cannot use {workdir}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_STARTUP_FAILED
+    env = _system_env(os.environ)
     switch = FaultSwitch(workdir / "faults.json")
     if live is not None:
         env[ENV_FAULTS_FILE] = str(switch.path)
         env.setdefault("OTEL_METRIC_EXPORT_INTERVAL", str(LIVE_METRIC_INTERVAL_MS))
     external = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     receiver: OtlpReceiver | None = None
-    telemetry_file = workdir / "telemetry.otlp.jsonl"
     if not external:
         receiver = OtlpReceiver(json_path=telemetry_file).start()
         env = otlp_env(receiver.grpc_endpoint, env)
@@ -247,6 +253,18 @@ def run_demo(
     except KeyboardInterrupt:
         return _interrupted()
     return EXIT_OK if summary["ok"] else EXIT_SCENARIO_FAILED
+
+
+_SYSTEM_SETTINGS = frozenset(
+    [getattr(config, name) for name in config.__all__ if name.startswith("ENV_")] + [ENV_FAULTS_FILE]
+)
+"""Variables that configure an agent or the demo's faults: the demo sets up its system itself."""
+
+
+def _system_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without :data:`_SYSTEM_SETTINGS`: an agent's ``KAOS_MCP_SERVERS``, say, left in the
+    shell would otherwise reach every agent of the demo that has no such flag."""
+    return {name: value for name, value in environ.items() if name not in _SYSTEM_SETTINGS}
 
 
 def _interrupted() -> int:

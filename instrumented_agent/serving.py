@@ -34,6 +34,19 @@ def _stop_with_supervisor() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _inherited_socket(fd: int) -> socket.socket:
+    """The listening stream socket ``fd`` (:class:`ListenError` if it is not one)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ListenError(f"cannot serve on file descriptor {fd}: {reason}") from None
+    if sock.type != socket.SOCK_STREAM or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()  # not ours to close
+        raise ListenError(f"cannot serve on file descriptor {fd}: not a listening stream socket")
+    return sock
+
+
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, fd: int | None = None) -> None:
     """Serve ``app`` until SIGINT/SIGTERM, shut down gracefully, then return (so callers can flush).
 
@@ -41,7 +54,7 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, fd: int | None = 
     ``host:port``: the parent bound it, so it knows the address before this process is up.
     """
     if fd is not None:
-        sock = socket.socket(fileno=fd)
+        sock = _inherited_socket(fd)
     else:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

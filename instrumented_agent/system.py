@@ -6,8 +6,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL
+
 from instrumented_agent.mcp_servers import MCP_PATH
 from instrumented_agent.supervisor import RunningService, ServiceSpec, Supervisor
+from kaos_otel._config import SIGNAL_ENDPOINTS, SIGNAL_PROTOCOLS
 
 __all__ = ["MODEL_NAME", "System", "agent_spec", "otlp_env", "start_system"]
 
@@ -35,13 +38,16 @@ class System:
 def otlp_env(
     endpoint: str, base: Mapping[str, str] | None = None, *, export_delay_ms: int | None = None
 ) -> dict[str, str]:
-    """``base`` (default ``os.environ``) with OTLP/gRPC export to ``endpoint``.
+    """``base`` (default ``os.environ``) with OTLP/gRPC export of every signal to ``endpoint``.
 
+    Per-signal endpoints and protocols in ``base`` are dropped: they would override these.
     ``export_delay_ms`` shortens the span/log batch delay and the metric interval (for tests).
     """
     env = dict(os.environ if base is None else base)
-    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
-    env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
+    for name in [*SIGNAL_ENDPOINTS.values(), *SIGNAL_PROTOCOLS.values()]:
+        env.pop(name, None)
+    env[OTEL_EXPORTER_OTLP_ENDPOINT] = endpoint
+    env[OTEL_EXPORTER_OTLP_PROTOCOL] = "grpc"
     if export_delay_ms is not None:
         delay = str(export_delay_ms)
         env.update(

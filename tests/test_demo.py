@@ -101,11 +101,48 @@ def test_demo_exports_to_the_configured_endpoint(otlp_receiver: OtlpReceiver, tm
     assert not {r for r in requests if r[0] != "coordinator" and r[1] == "user"}
 
 
+_PREVIOUS_RUN = json.dumps(
+    {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [{"key": "service.name", "value": {"stringValue": "previous-run"}}]
+                },
+                "scopeSpans": [
+                    {
+                        "scope": {"name": "demo"},
+                        "spans": [
+                            {
+                                "traceId": "0af7651916cd43dd8448eb211c80319c",
+                                "spanId": "b7ad6b7169203331",
+                                "name": "left over",
+                                "kind": 1,
+                                "startTimeUnixNano": "1000000000",
+                                "endTimeUnixNano": "2000000000",
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
+)
+"""One span of an earlier demo run, as the receiver writes it."""
+
+
 def test_demo_prints_trees_and_writes_a_file_kaos_otel_renders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     marker = uuid.uuid4().hex
-    done = _run_demo(["--workdir", str(tmp_path)], _env(marker))
+    # without OTEL_EXPORTER_OTLP_ENDPOINT everything goes to the demo's receiver, per-signal
+    # endpoints and protocols left in the shell notwithstanding
+    elsewhere = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:1",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf",
+    }
+    telemetry = tmp_path / "telemetry.otlp.jsonl"
+    telemetry.write_text(_PREVIOUS_RUN)  # a reused workdir: only this run's telemetry is kept
+    done = _run_demo(["--workdir", str(tmp_path)], _env(marker, **elsewhere))
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for line in (
@@ -123,10 +160,10 @@ def test_demo_prints_trees_and_writes_a_file_kaos_otel_renders(
     assert "researcher   success    1" in out
     assert _marked_processes(marker) == []
 
-    telemetry = tmp_path / "telemetry.otlp.jsonl"
     assert f"kaos-otel traces show {telemetry}" in out
     assert kaos_otel_main(["traces", "show", str(telemetry), "--no-color"]) == 0
     shown = capsys.readouterr().out
+    assert "previous-run" not in shown
     assert "mcp-calculator  tools/call add" in shown
     assert "coordinator  invoke_agent _other" in shown
 
@@ -145,6 +182,67 @@ def test_demo_stops_everything_when_an_agent_fails_to_start(tmp_path: Path) -> N
     assert done.returncode == 2
     assert "analyst failed to start: exited with code 3" in done.stderr
     assert _marked_processes(marker) == []
+
+
+def test_agent_settings_in_the_users_environment_do_not_reach_the_demos_agents(tmp_path: Path) -> None:
+    """The demo wires its own system: an MCP server (unreachable here) and a fault file left in the
+    shell would otherwise reach every agent without such a flag, and faults would be injected."""
+    marker = uuid.uuid4().hex
+    faults = tmp_path / "faults.json"
+    faults.write_text('["model-errors"]')
+    env = _env(
+        marker,
+        KAOS_MCP_SERVERS="http://127.0.0.1:1/mcp",
+        KAOS_DEMO_FAULTS_FILE=str(faults),
+    )
+    done = _run_demo(["--json", "--workdir", str(tmp_path / "run"), "--startup-timeout", "30"], env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+    assert _marked_processes(marker) == []
+
+
+def test_bad_serve_socket_and_workdir_are_one_line_errors(tmp_path: Path) -> None:
+    serve = [sys.executable, "-m", "instrumented_agent.cli", "serve", "model", "--fd"]
+    for fd, reason in (("99", "Bad file descriptor"), ("-1", "negative"), ("0", "non-socket")):
+        done = subprocess.run(
+            [*serve, fd], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 1
+        assert done.stderr.startswith(f"kaos-agent: error: cannot serve on file descriptor {fd}: ")
+        assert reason in done.stderr and "Traceback" not in done.stderr
+    with socket.socket() as bound:  # bound but not listening: uvicorn could never accept on it
+        bound.bind(("127.0.0.1", 0))
+        fd = str(bound.fileno())
+        done = subprocess.run(
+            [*serve, fd], pass_fds=[bound.fileno()], capture_output=True, text=True, timeout=60, check=False
+        )
+    assert (done.returncode, done.stderr.strip()) == (
+        1,
+        f"kaos-agent: error: cannot serve on file descriptor {fd}: not a listening stream socket",
+    )
+    (tmp_path / "file").write_text("")
+    done = _run_demo(["--workdir", str(tmp_path / "file" / "run")], _env(uuid.uuid4().hex))
+    assert (done.returncode, done.stderr.strip()) == (
+        2,
+        f"kaos-agent demo: error: cannot use {tmp_path / 'file' / 'run'}: Not a directory",
+    )
+
+
+def test_ctrl_c_while_the_demo_is_still_importing_is_one_line(tmp_path: Path) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    # Imported by every Python process started with this PYTHONPATH: Ctrl-C as the demo module loads.
+    (hook / "sitecustomize.py").write_text(
+        "import os, signal, sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'instrumented_agent.demo':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+    )
+    with _sigint_delivered():
+        done = _run_demo(["--workdir", str(tmp_path / "run")], _env(uuid.uuid4().hex, PYTHONPATH=str(hook)))
+    assert (done.returncode, done.stderr) == (130, "kaos-agent: interrupted\n")
 
 
 @contextmanager
