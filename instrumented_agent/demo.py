@@ -12,6 +12,7 @@ renders it later).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -192,6 +193,8 @@ def run_demo(
     env = _system_env(os.environ)
     switch = FaultSwitch(workdir / "faults.json")
     if live is not None:
+        if (missing := _missing_live_memory()) is not None:
+            print(f"kaos-agent demo: warning: {missing}", file=sys.stderr)
         env[ENV_FAULTS_FILE] = str(switch.path)
         env.setdefault("OTEL_METRIC_EXPORT_INTERVAL", str(LIVE_METRIC_INTERVAL_MS))
     external = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -281,6 +284,16 @@ _LIVE_AGENT_ARGS = [
     "--max-runtime",
     "30",  # delegations time out after 15 s (subagent-down)
 ]
+
+
+def _missing_live_memory() -> str | None:
+    """Why live traffic's long-term memory will not run here (Mem0 not installed), if it will not."""
+    if importlib.util.find_spec("mem0") is not None:
+        return None
+    return (
+        "live traffic runs the agents' long-term memory on Mem0, which is not installed: every "
+        "request will end degraded (pip install 'kaos-otel[agent,mem0]')"
+    )
 
 
 def _memory_args(workdir: Path) -> list[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from test_demo import DEMO, _env, _marked_processes, _sigint_delivered
 
+from instrumented_agent.demo import _missing_live_memory
 from instrumented_agent.faults import Fault, FaultSwitch, ScheduledFault, parse_fault
 from kaos_otel import catalog
 from kaos_otel.receiver import ReceivedSpan, load_otlp_json
@@ -130,3 +131,14 @@ def test_a_fault_hits_every_call_of_a_request_not_the_same_ones(tmp_path: Path) 
         for call in range(4):
             failures[call] += switch.one_in(2)
     assert all(60 <= count <= 140 for count in failures), failures
+
+
+def test_live_traffic_without_mem0_is_told_its_long_term_memory_will_not_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Live traffic runs the agents with long-term memory on Mem0, which the ``agent`` extra does
+    not install: the demo says so on the console, not only in each agent's own log file."""
+    assert _missing_live_memory() is None  # installed here
+    monkeypatch.setitem(sys.modules, "mem0", None)  # as if not installed
+    missing = _missing_live_memory()
+    assert missing is not None and "kaos-otel[agent,mem0]" in missing
