@@ -840,11 +840,14 @@ def _finish_reasons(value: object) -> tuple[str, ...]:
     left out (an exception here would reach the agent)."""
     if value is None or isinstance(value, str):
         return () if not value else (value,)
-    try:
-        reasons = tuple(value) if isinstance(value, Iterable) else None
-    except Exception as exc:  # a generator that fails
-        internal_error("record_usage finish_reasons", exc)
-        return ()
+    if type(value) is list or type(value) is tuple:  # nearly always: no ABC check
+        reasons: tuple[Any, ...] | None = tuple(value)
+    else:
+        try:
+            reasons = tuple(value) if isinstance(value, Iterable) else None
+        except Exception as exc:  # a generator that fails
+            internal_error("record_usage finish_reasons", exc)
+            return ()
     if reasons is not None and all(isinstance(reason, str) for reason in reasons):
         return reasons
     internal_error("record_usage finish_reasons", TypeError(f"not finish reasons: {_described(value)}"))
@@ -854,6 +857,8 @@ def _finish_reasons(value: object) -> tuple[str, ...]:
 def _token_count(value: object, recorded: int | None) -> int | None:
     """``value`` if it can be a token count on a span and a metric point, else what was
     ``recorded`` before (a value that cannot is logged)."""
+    if type(value) is int and 0 <= value < 2**63:  # nearly always: no call
+        return value
     if value is None:
         return recorded
     count = _count("record_usage", value)
