@@ -1200,6 +1200,8 @@ def test_an_ended_span_is_freed_without_the_garbage_collector(
                     pass
             with otel.memory_operation(MemoryTier.SHORT_TERM, "search_memory", scope=MemoryScope.SESSION):
                 pass
+        with otel.delegation("agent", "helper"), otel.invoke_agent("helper"):  # a sub-agent in process
+            pass
 
     spans_in_every_style()  # first calls may cache what later calls reuse
     gc.collect()
@@ -1214,7 +1216,7 @@ def test_an_ended_span_is_freed_without_the_garbage_collector(
         gc.garbage.clear()
         gc.enable()
     assert left_for_the_collector == []
-    assert len(collect(otel, otlp_receiver, 18)) == 9
+    assert len(collect(otel, otlp_receiver, 22)) == 10  # the delegation and its run share a name
 
 
 def test_a_disabled_managers_handles_offer_every_public_field_of_the_real_ones(make_otel: MakeOtel) -> None:
