@@ -57,10 +57,10 @@ _END_LOCK = threading.Lock()
 ERROR_OUTCOMES = frozenset({Outcome.ERROR, Outcome.MAX_STEPS})
 """Outcomes of an operation that failed: ERROR status, and ``error.type`` on the convention's metrics."""
 _OVERRIDDEN_BY_EXCEPTION = frozenset({None, Outcome.SUCCESS, Outcome.DEGRADED})
-_OUTCOME_VALUES = frozenset(member.value for member in Outcome)
-"""Every outcome's value (``Outcome`` is a ``StrEnum``)."""
 OUTCOME_VALUE: dict[Outcome, str] = {member: member.value for member in Outcome}
 """Each outcome's value: a lookup here costs a fraction of the enum's ``value`` property."""
+_OUTCOME_VALUES = frozenset(OUTCOME_VALUE.values())
+"""Every outcome's value (``Outcome`` is a ``StrEnum``)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 EndCallback = Callable[["SpanHandle", float], None]
